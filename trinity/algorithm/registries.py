@@ -1,0 +1,9 @@
+"""Registries of the algorithm's named parts; the config selects them by these names."""
+
+from trinity.utils.registry import Registry
+
+ADVANTAGE_FN: Registry = Registry("advantage_fn")
+POLICY_LOSS_FN: Registry = Registry("policy_loss_fn")
+KL_FN: Registry = Registry("kl_fn")  # used as both kl_penalty_fn and kl_loss_fn
+ENTROPY_LOSS_FN: Registry = Registry("entropy_loss_fn")
+SAMPLE_STRATEGY: Registry = Registry("sample_strategy")

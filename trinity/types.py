@@ -1,0 +1,95 @@
+"""The data that crosses module boundaries: Task, Experience and its id.
+
+An ``Experience`` is one sampled sequence (prompt + response) with everything the
+trainer needs. Tensors are 1-D and unbatched here; the trainer pads and stacks them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class EID:
+    """Where an experience came from: explore step, task, and which of its runs."""
+
+    batch: int | str = 0  # explore step (or "eval_<step>")
+    task: int | str = 0  # index of the task inside its taskset
+    run: int = 0  # which of the task's repeat_times rollouts
+    step: int = 0  # turn index for multi-turn workflows
+
+    @property
+    def group(self) -> str:
+        """Experiences of the same task in the same batch form one advantage group."""
+        return f"{self.batch}/{self.task}"
+
+    def __str__(self) -> str:
+        return f"{self.batch}/{self.task}/{self.run}/{self.step}"
+
+
+@dataclass
+class Task:
+    """One row of a taskset, with what the explorer needs to run it."""
+
+    raw: dict[str, Any]  # the row as read from the dataset
+    workflow: str  # registry name of the workflow that runs it
+    reward_fn: str | None  # registry name of the reward function
+    repeat_times: int = 1
+    taskset: str = ""  # name of the taskset it came from
+    index: int = 0  # position in its taskset
+    is_eval: bool = False
+    rollout_args: dict[str, Any] = field(default_factory=dict)  # temperature, top_p, ...
+    format: dict[str, Any] = field(default_factory=dict)  # prompt_key, response_key, ...
+    workflow_args: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def prompt(self) -> str:
+        return str(self.raw[self.format.get("prompt_key", "prompt")])
+
+    @property
+    def answer(self) -> Any:
+        return self.raw.get(self.format.get("response_key", "response"))
+
+
+@dataclass
+class Experience:
+    """One sequence: prompt tokens followed by response tokens, and its RL signals.
+
+    L = len(tokens) = prompt_length + R, where R is the response length.
+    """
+
+    tokens: torch.Tensor  # (L,) int64 prompt + response token ids
+    prompt_length: int
+    logprobs: torch.Tensor | None = None  # (R,) log pi_old(a|s) from the rollout engine
+    action_mask: torch.Tensor | None = None  # (R,) bool, True where the token is trained on
+    reward: float | None = None
+    advantages: torch.Tensor | None = None  # (R,) filled by the advantage function
+    returns: torch.Tensor | None = None  # (R,) filled by GAE / advantage function
+    eid: EID = field(default_factory=EID)
+    info: dict[str, Any] = field(default_factory=dict)  # model_version, task fields, ...
+    metrics: dict[str, float] = field(default_factory=dict)  # reward components, ...
+    prompt_text: str | None = None
+    response_text: str | None = None
+    messages: list[dict[str, Any]] | None = None
+    # DPO pairs: the prompt is shared, tokens/logprobs above hold the chosen one
+    chosen: torch.Tensor | None = None  # (R_c,) chosen response token ids
+    rejected: torch.Tensor | None = None  # (R_r,) rejected response token ids
+
+    def __post_init__(self) -> None:
+        if self.action_mask is None:
+            self.action_mask = torch.ones(self.response_length, dtype=torch.bool)
+
+    @property
+    def response_length(self) -> int:
+        return int(self.tokens.numel()) - self.prompt_length
+
+    @property
+    def response_tokens(self) -> torch.Tensor:
+        return self.tokens[self.prompt_length :]
+
+    @property
+    def model_version(self) -> int:
+        return int(self.info.get("model_version", 0))
