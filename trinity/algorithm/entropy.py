@@ -1,0 +1,71 @@
+"""Entropy bonus: ``entropy_loss_fn``.
+
+Adding ``-entropy_coef * aggregated entropy`` to the actor loss rewards keeping the
+token distribution spread out, which slows the collapse of exploration. The per-token
+entropy comes from ``trinity.algorithm.utils.entropy_from_logits``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss
+from trinity.algorithm.registries import ENTROPY_LOSS_FN
+from trinity.algorithm.utils import masked_mean
+
+
+@ENTROPY_LOSS_FN.register("default")
+class EntropyLoss:
+    """loss = -entropy_coef * aggregate(entropy)."""
+
+    @dataclass
+    class Args:
+        entropy_coef: float = 0.0  # weight of the entropy bonus
+
+    def __init__(self, args: Args | None = None) -> None:
+        self.args = args if args is not None else self.Args()
+
+    def __call__(
+        self,
+        entropy: torch.Tensor,
+        action_mask: torch.Tensor,
+        *,
+        loss_agg_mode: str = "token-mean",
+        normalizer: LossNormalizer | None = None,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """Args: entropy (B, R), action_mask (B, R); the trainer passes the policy loss's
+        ``loss_agg_mode`` and mini-batch ``normalizer``.
+
+        Metrics: ``entropy`` (token mean over this micro-batch) and ``entropy_loss``.
+        """
+        aggregated = aggregate_loss(entropy, action_mask, loss_agg_mode, normalizer)
+        loss = -self.args.entropy_coef * aggregated
+        return loss, {
+            "entropy": masked_mean(entropy.detach(), action_mask).item(),
+            "entropy_loss": loss.item(),
+        }
+
+
+@ENTROPY_LOSS_FN.register("none")
+class NoEntropyLoss:
+    """No entropy term; still reports the mean entropy for monitoring."""
+
+    @dataclass
+    class Args:
+        pass
+
+    def __init__(self, args: Args | None = None) -> None:
+        self.args = args if args is not None else self.Args()
+
+    def __call__(
+        self,
+        entropy: torch.Tensor,
+        action_mask: torch.Tensor,
+        *,
+        loss_agg_mode: str = "token-mean",
+        normalizer: LossNormalizer | None = None,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        metrics = {"entropy": masked_mean(entropy.detach(), action_mask).item()}
+        return entropy.new_zeros(()), metrics

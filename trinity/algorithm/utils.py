@@ -1,0 +1,194 @@
+"""Masked statistics and the per-token quantities the trainer derives from logits.
+
+``logprobs_from_logits`` and ``entropy_from_logits`` sit on the trainer's hot path, where
+the logits (B, T, V) are the largest tensor of the step (V ~ 50k-150k). They walk over
+the B*T token positions in chunks and have hand-written backward passes, so neither the
+forward nor the backward ever holds a second full-vocabulary tensor besides the logits
+and (in backward) their gradient. Results are float32 whatever the logits' dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.autograd.function import once_differentiable
+
+# Positions per chunk are chosen so one float32 chunk is about this many bytes.
+_CHUNK_BYTES = 64 * 1024 * 1024
+
+
+def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Sum of ``values`` where ``mask`` is set (masked entries may hold NaN)."""
+    masked = torch.where(mask.bool(), values, torch.zeros_like(values))
+    return masked.sum() if dim is None else masked.sum(dim=dim)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Mean of ``values`` over the set entries of ``mask``; 0 where nothing is set."""
+    count = mask.bool().sum() if dim is None else mask.bool().sum(dim=dim)
+    return masked_sum(values, mask, dim) / count.clamp(min=1)
+
+
+def masked_var(values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
+    """Variance of ``values`` over all set entries of ``mask`` (Bessel-corrected by default)."""
+    mean = masked_mean(values, mask)
+    count = mask.bool().sum()
+    squares = masked_sum((values - mean) ** 2, mask)
+    denom = count - 1 if unbiased else count
+    return squares / denom.clamp(min=1)
+
+
+def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """(values - mean) / sqrt(var + eps) over the set entries of ``mask``; masked entries -> 0."""
+    mean = masked_mean(values, mask)
+    var = masked_var(values, mask)
+    whitened = (values - mean) * torch.rsqrt(var + eps)
+    return torch.where(mask.bool(), whitened, torch.zeros_like(whitened))
+
+
+def _rows_per_chunk(vocab: int, chunk_size: int | None) -> int:
+    if chunk_size is not None:
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        return chunk_size
+    return max(1, _CHUNK_BYTES // (4 * vocab))
+
+
+def _scaled(chunk: torch.Tensor, temperature: float, writable: bool = False) -> torch.Tensor:
+    """``chunk`` as float32 divided by the temperature; ``writable`` forces a fresh copy."""
+    x = chunk.float()
+    if temperature != 1.0:
+        return x / temperature
+    if writable and x.data_ptr() == chunk.data_ptr():
+        return x.clone()  # a float32 chunk is returned as-is by .float(); never write into logits
+    return x
+
+
+class _LogprobsFromLogits(torch.autograd.Function):
+    """log softmax(logits / temperature)[label], chunked over token positions."""
+
+    @staticmethod
+    def forward(ctx, logits, labels, temperature, rows):  # type: ignore[override]
+        vocab = logits.shape[-1]
+        flat = logits.reshape(-1, vocab)
+        flat_labels = labels.reshape(-1, 1)
+        out = torch.empty(flat.shape[0], dtype=torch.float32, device=logits.device)
+        lse = torch.empty_like(out)
+        for start in range(0, flat.shape[0], rows):
+            end = start + rows
+            x = _scaled(flat[start:end], temperature)
+            lse[start:end] = torch.logsumexp(x, dim=-1)
+            out[start:end] = x.gather(-1, flat_labels[start:end]).squeeze(-1) - lse[start:end]
+        ctx.save_for_backward(logits, labels, lse)
+        ctx.temperature, ctx.rows = temperature, rows
+        return out.view(labels.shape)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out):  # type: ignore[override]
+        logits, labels, lse = ctx.saved_tensors
+        temperature, rows = ctx.temperature, ctx.rows
+        vocab = logits.shape[-1]
+        flat = logits.reshape(-1, vocab)
+        flat_labels = labels.reshape(-1, 1)
+        grad = grad_out.reshape(-1, 1).float()
+        grad_logits = torch.empty_like(flat)
+        for start in range(0, flat.shape[0], rows):
+            end = start + rows
+            # d/dx_j [x_label - lse(x)] = 1[j = label] - softmax(x)_j, times 1/T for x = z/T
+            probs = (
+                _scaled(flat[start:end], temperature, writable=True)
+                .sub_(lse[start:end, None])
+                .exp_()
+            )
+            g = probs.mul_(-grad[start:end])
+            g.scatter_add_(-1, flat_labels[start:end], grad[start:end])
+            if temperature != 1.0:
+                g.div_(temperature)
+            grad_logits[start:end] = g
+        return grad_logits.view(logits.shape), None, None, None
+
+
+class _EntropyFromLogits(torch.autograd.Function):
+    """Entropy of softmax(logits / temperature), chunked over token positions."""
+
+    @staticmethod
+    def forward(ctx, logits, temperature, rows):  # type: ignore[override]
+        vocab = logits.shape[-1]
+        flat = logits.reshape(-1, vocab)
+        lse = torch.empty(flat.shape[0], dtype=torch.float32, device=logits.device)
+        expected_x = torch.empty_like(lse)  # E_p[x], kept for the backward pass
+        for start in range(0, flat.shape[0], rows):
+            end = start + rows
+            x = _scaled(flat[start:end], temperature)
+            lse[start:end] = torch.logsumexp(x, dim=-1)
+            probs = (x - lse[start:end, None]).exp_()
+            expected_x[start:end] = (probs * x).sum(dim=-1)
+        ctx.save_for_backward(logits, lse, expected_x)
+        ctx.temperature, ctx.rows = temperature, rows
+        # H = -sum p log p = lse - E_p[x]
+        return (lse - expected_x).view(logits.shape[:-1])
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out):  # type: ignore[override]
+        logits, lse, expected_x = ctx.saved_tensors
+        temperature, rows = ctx.temperature, ctx.rows
+        vocab = logits.shape[-1]
+        flat = logits.reshape(-1, vocab)
+        grad = grad_out.reshape(-1, 1).float()
+        grad_logits = torch.empty_like(flat)
+        for start in range(0, flat.shape[0], rows):
+            end = start + rows
+            x = _scaled(flat[start:end], temperature, writable=True)
+            # dH/dx_j = p_j * (E_p[x] - x_j), times 1/T for x = z/T
+            probs = (x - lse[start:end, None]).exp_()
+            g = x.neg_().add_(expected_x[start:end, None]).mul_(probs).mul_(grad[start:end])
+            if temperature != 1.0:
+                g.div_(temperature)
+            grad_logits[start:end] = g
+        return grad_logits.view(logits.shape), None, None
+
+
+def logprobs_from_logits(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    temperature: float = 1.0,
+    chunk_size: int | None = None,
+) -> torch.Tensor:
+    """Log-probability of each label under softmax(logits / temperature).
+
+    Args:
+        logits: (B, T, V) any float dtype; the logits that predict ``labels``
+            (i.e. already shifted by one position).
+        labels: (B, T) int64 token ids in [0, V).
+        temperature: the sampling temperature the rollout engine used.
+        chunk_size: token positions per chunk; None picks about 64 MiB of float32 per chunk.
+
+    Returns:
+        (B, T) float32, differentiable with respect to ``logits``.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if logits.shape[:-1] != labels.shape:
+        raise ValueError(f"logits {tuple(logits.shape)} do not match labels {tuple(labels.shape)}")
+    rows = _rows_per_chunk(logits.shape[-1], chunk_size)
+    return _LogprobsFromLogits.apply(logits, labels.long(), float(temperature), rows)
+
+
+def entropy_from_logits(
+    logits: torch.Tensor, chunk_size: int | None = None, temperature: float = 1.0
+) -> torch.Tensor:
+    """Entropy -sum_v p_v log p_v of softmax(logits / temperature) at each position.
+
+    Args:
+        logits: (B, T, V) any float dtype.
+        chunk_size: token positions per chunk; None picks about 64 MiB of float32 per chunk.
+        temperature: divide the logits by this first (use the rollout temperature).
+
+    Returns:
+        (B, T) float32, differentiable with respect to ``logits``.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    rows = _rows_per_chunk(logits.shape[-1], chunk_size)
+    return _EntropyFromLogits.apply(logits, float(temperature), rows)

@@ -1,0 +1,257 @@
+"""Rows of a local dataset (``storage_type: file``): one file or a dataset directory.
+
+Formats: ``.jsonl``, ``.json`` (a list of objects, or JSON lines), ``.parquet``,
+``.csv`` (with a header row; values stay strings, so an answer "007" is not turned
+into 7) and ``.arrow`` (``datasets.save_to_disk``). Files are read with pyarrow and
+the standard library only: nothing is cached and no hub is ever contacted.
+
+A directory is resolved the way dataset repositories are laid out. With
+``subset_name`` the search starts in ``<path>/<subset_name>``, else in ``<path>``;
+then, in ``<dir>`` and ``<dir>/data``:
+
+1. a directory named after the split: ``<dir>/train/*.parquet``;
+2. files whose name has the split as a word: ``train.jsonl``,
+   ``train-00000-of-00002.parquet``, ``gsm8k_train.csv``;
+3. the same with the usual aliases (``validation``: ``valid``/``val``/``dev``,
+   ``test``: ``testing``/``eval``, ``train``: ``training``).
+
+If no file carries any split name, all files are the ``train`` split. When files of
+several formats match, one format is used, in the order parquet, arrow, jsonl, json, csv.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from trinity.buffer.errors import DatasetNotFoundError, MalformedRowError, MissingKeyError
+
+FORMATS = {
+    ".parquet": "parquet",
+    ".arrow": "arrow",
+    ".jsonl": "jsonl",
+    ".json": "json",
+    ".csv": "csv",
+}
+_FORMAT_ORDER = list(FORMATS.values())
+# files `datasets` writes next to its data; never rows
+_METADATA_FILES = {"dataset_info.json", "dataset_infos.json", "dataset_dict.json", "state.json"}
+SPLIT_ALIASES = {
+    "train": ("train", "training"),
+    "validation": ("validation", "valid", "val", "dev"),
+    "test": ("test", "testing", "eval", "evaluation"),
+}
+_WORD = re.compile(r"[^-._ ]+")
+
+
+def read_rows(
+    path: str,
+    split: str = "train",
+    subset_name: str | None = None,
+    required_keys: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """All rows of ``split`` under ``path``, in file order.
+
+    ``required_keys`` maps a key every row must have to the setting that names it
+    (``{"question": "format.prompt_key"}``), for the error message.
+    """
+    rows: list[dict[str, Any]] = []
+    for file in find_data_files(path, split, subset_name):
+        rows.extend(read_file(file, required_keys))
+    return rows
+
+
+def find_data_files(path: str, split: str = "train", subset_name: str | None = None) -> list[str]:
+    """The data files of ``split`` (sorted), or DatasetNotFoundError saying what was looked for."""
+    path = os.path.expanduser(path)
+    where = f"split '{split}'" + (f", subset '{subset_name}'" if subset_name else "")
+    if os.path.isfile(path):
+        return [path]
+    if not os.path.isdir(path):
+        raise DatasetNotFoundError(
+            f"dataset path '{path}' ({where}) does not exist. Datasets are never downloaded "
+            "from a hub: copy the dataset into a local directory and point `path` at it"
+        )
+    root = path
+    if subset_name:
+        root = os.path.join(path, subset_name)
+        if not os.path.isdir(root):
+            raise DatasetNotFoundError(
+                f"no subset directory '{root}' for {where}; subdirectories of '{path}': "
+                f"{_listing(path, dirs=True)}"
+            )
+    searched = [root, os.path.join(root, "data")]
+    for name in _split_names(split):
+        for folder in searched:
+            files = _split_files(folder, name)
+            if files:
+                return files
+    if split == "train":
+        files = _data_files(root)
+        if files and not any(_named_split(f, n) for f in files for n in _all_split_names()):
+            return _one_format(files)
+    names = "/".join(_split_names(split))
+    raise DatasetNotFoundError(
+        f"no data file for {where} under '{path}'. Looked in '{searched[0]}' and "
+        f"'{searched[1]}' for a '{split}/' directory or files with '{names}' as a word in "
+        f"their name (e.g. {split}.jsonl, {split}-00000-of-00001.parquet), formats "
+        f"{', '.join(FORMATS)}. Files in '{root}': {_listing(root, dirs=False)}"
+    )
+
+
+def read_file(file: str, required_keys: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """Rows of one data file, each checked for ``required_keys``."""
+    fmt = FORMATS.get(os.path.splitext(file)[1].lower())
+    if fmt is None:
+        raise DatasetNotFoundError(
+            f"'{file}' is not a supported data file; use one of {', '.join(FORMATS)}"
+        )
+    if fmt in ("jsonl", "json"):
+        located = _read_json(file, fmt)
+    elif fmt == "csv":
+        located = _read_csv(file)
+    else:
+        located = [(f"row {i} (0-based)", row) for i, row in enumerate(_read_table(file, fmt))]
+    for where, row in located:
+        for key, setting in (required_keys or {}).items():
+            if key not in row:
+                raise MissingKeyError(
+                    f"{file}, {where}: missing key '{key}' (named by {setting}); "
+                    f"the row has keys {sorted(row)}"
+                )
+    return [row for _, row in located]
+
+
+def _read_json(file: str, fmt: str) -> list[tuple[str, dict[str, Any]]]:
+    with open(file, encoding="utf-8") as f:
+        text = f.read()
+    if fmt == "json" and text.lstrip().startswith("["):
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise MalformedRowError(
+                f"{file}, line {exc.lineno} column {exc.colno}: invalid JSON ({exc.msg})"
+            ) from None
+        located = [(f"element {i} (0-based)", item) for i, item in enumerate(items)]
+    else:
+        # JSON lines; a .json file holding one object per line is read the same way
+        located = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                located.append((f"line {number}", json.loads(line)))
+            except json.JSONDecodeError as exc:
+                raise MalformedRowError(
+                    f"{file}, line {number} column {exc.colno}: invalid JSON ({exc.msg})"
+                ) from None
+    for where, item in located:
+        if not isinstance(item, dict):
+            raise MalformedRowError(
+                f"{file}, {where}: expected a JSON object per row, got {type(item).__name__}"
+            )
+    return located
+
+
+def _read_csv(file: str) -> list[tuple[str, dict[str, Any]]]:
+    located: list[tuple[str, dict[str, Any]]] = []
+    with open(file, encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f)
+        for row in reader:
+            # DictReader files surplus fields under None and fills missing ones with None
+            if None in row or None in row.values():
+                raise MalformedRowError(
+                    f"{file}, line {reader.line_num}: the row has a different number of "
+                    f"fields than the header {reader.fieldnames}"
+                )
+            located.append((f"line {reader.line_num}", row))
+    return located
+
+
+def _read_table(file: str, fmt: str) -> list[dict[str, Any]]:
+    import pyarrow as pa  # imported here: reading JSON lines needs none of it
+
+    try:
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            table = pq.read_table(file)
+        else:
+            table = _read_arrow(file)
+    except (pa.ArrowException, OSError) as exc:
+        raise MalformedRowError(f"{file}: cannot read as {fmt} ({exc})") from exc
+    return table.to_pylist()
+
+
+def _read_arrow(file: str) -> Any:
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    # `datasets.save_to_disk` writes the streaming format; other tools write the file format
+    try:
+        with pa.memory_map(file) as source:
+            return ipc.open_stream(source).read_all()
+    except pa.ArrowInvalid:
+        with pa.memory_map(file) as source:
+            return ipc.open_file(source).read_all()
+
+
+def _split_names(split: str) -> list[str]:
+    return [split] + [a for a in SPLIT_ALIASES.get(split, ()) if a != split]
+
+
+def _all_split_names() -> set[str]:
+    return {name for aliases in SPLIT_ALIASES.values() for name in aliases}
+
+
+def _named_split(file: str, name: str) -> bool:
+    stem = os.path.basename(file)[: -len(os.path.splitext(file)[1]) or None]
+    return name in _WORD.findall(stem.lower())
+
+
+def _is_data_file(name: str) -> bool:
+    return (
+        not name.startswith(".")
+        and name not in _METADATA_FILES
+        and os.path.splitext(name)[1].lower() in FORMATS
+    )
+
+
+def _data_files(folder: str) -> list[str]:
+    if not os.path.isdir(folder):
+        return []
+    return sorted(
+        os.path.join(folder, name)
+        for name in os.listdir(folder)
+        if _is_data_file(name) and os.path.isfile(os.path.join(folder, name))
+    )
+
+
+def _split_files(folder: str, name: str) -> list[str]:
+    split_dir = os.path.join(folder, name)
+    if os.path.isdir(split_dir) and _data_files(split_dir):
+        return _one_format(_data_files(split_dir))
+    named = [f for f in _data_files(folder) if _named_split(f, name)]
+    return _one_format(named) if named else []
+
+
+def _one_format(files: list[str]) -> list[str]:
+    by_format: dict[str, list[str]] = {}
+    for f in files:
+        by_format.setdefault(FORMATS[os.path.splitext(f)[1].lower()], []).append(f)
+    first = min(by_format, key=_FORMAT_ORDER.index)
+    return by_format[first]
+
+
+def _listing(folder: str, dirs: bool) -> list[str]:
+    if not os.path.isdir(folder):
+        return []
+    return sorted(
+        name
+        for name in os.listdir(folder)
+        if os.path.isdir(os.path.join(folder, name)) == dirs and not name.startswith(".")
+    )

@@ -1,0 +1,131 @@
+"""The ``trinity`` command.
+
+    trinity run --config examples/arithmetic/grpo.yaml            # train
+    trinity run --config FILE --dry-run                           # validate, show the plan
+    trinity run --config FILE algorithm.optimizer.lr=1e-5         # dotted overrides
+    trinity convert --checkpoint-dir CHECKPOINT_JOB_DIR           # to Hugging Face format
+
+Configuration mistakes are reported on one line naming the key, exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import logging
+import sys
+from pathlib import Path
+
+EXIT_CONFIG_ERROR = 2
+
+
+def _load_plugins(plugin_dirs: list[str]) -> None:
+    """Import every module directly inside the named directories (registers their parts)."""
+    for directory in plugin_dirs:
+        path = Path(directory)
+        if not path.is_dir():
+            raise SystemExit(f"trinity: --plugin-dir '{directory}' is not a directory")
+        sys.path.insert(0, str(path.resolve()))
+        for file in sorted(path.glob("*.py")):
+            spec = importlib.util.spec_from_file_location(f"trinity_plugin_{file.stem}", file)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from trinity.config import ConfigError, dry_run_report, load_config
+
+    _load_plugins(args.plugin_dir)
+    try:
+        config = load_config(args.config, args.overrides)
+    except ConfigError as err:
+        print(f"trinity: config error: {err}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
+    except FileNotFoundError as err:
+        print(f"trinity: config error: {err}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
+    if args.dry_run:
+        print(dry_run_report(config))
+        return 0
+    from trinity.launch.run import RunError, run
+
+    try:
+        run(config)
+    except RunError as err:
+        print(f"trinity: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_convert(args: argparse.Namespace) -> int:
+    from trinity.trainer.convert import ConvertError, convert
+
+    try:
+        converted = convert(args.checkpoint_dir, base_model_dir=args.base_model_dir)
+    except ConvertError as err:
+        print(f"trinity: {err}", file=sys.stderr)
+        return 1
+    for path, status in converted:
+        print(f"{status}: {path}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trinity",
+        description="Reinforcement fine-tuning of language models: explore, buffer, train, synchronize.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser(
+        "run",
+        help="run an experiment described by a YAML config",
+        description="Run the experiment in --config: explorer, buffer, trainer and synchronizer on Ray "
+        "(a local Ray instance is started unless one is running or cluster.ray_address names one).",
+    )
+    run.add_argument("--config", required=True, help="path to the YAML config file")
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate the config, print the resolved config and the batch arithmetic, and exit",
+    )
+    run.add_argument(
+        "--plugin-dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="import the Python modules in DIR first (custom workflows, rewards, algorithm parts); repeatable",
+    )
+    run.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="dotted overrides applied after the file, e.g. algorithm.optimizer.lr=1e-5",
+    )
+    run.set_defaults(func=_cmd_run)
+
+    convert = sub.add_parser(
+        "convert",
+        help="convert trainer checkpoints to Hugging Face format",
+        description="Write actor/huggingface/model.safetensors for every global_step_* checkpoint under "
+        "--checkpoint-dir (a job dir, one global_step_N dir, or a path inside one); already converted "
+        "steps are skipped.",
+    )
+    convert.add_argument("--checkpoint-dir", required=True, help="job dir, global_step_N dir, or a path inside one")
+    convert.add_argument(
+        "--base-model-dir",
+        default=None,
+        help="base model whose config.json and tokenizer to use when a checkpoint lacks them",
+    )
+    convert.set_defaults(func=_cmd_convert)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

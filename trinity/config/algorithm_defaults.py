@@ -1,0 +1,67 @@
+"""What each ``algorithm.algorithm_type`` means: its default parts and its requirements.
+
+``resolve`` fills every part the user left unset from this table; a part set in the
+config always wins. ``"none"`` as a part name means the part is switched off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trinity.config.errors import ConfigError, closest
+
+NONE = "none"
+
+
+@dataclass(frozen=True)
+class AlgorithmDefaults:
+    """Default parts and requirements of one algorithm type."""
+
+    advantage_fn: str
+    policy_loss_fn: str
+    kl_penalty_fn: str
+    kl_loss_fn: str
+    entropy_loss_fn: str
+    sample_strategy: str
+    use_critic: bool  # trains a value model (GAE advantages)
+    needs_reference: bool  # needs the reference model even without a KL part (dpo)
+    needs_group: bool  # compares rollouts of the same task, so repeat_times must be > 1
+    fixed_repeat_times: int | None = None  # dpo: one chosen and one rejected response
+
+
+ALGORITHM_DEFAULTS: dict[str, AlgorithmDefaults] = {
+    "sft": AlgorithmDefaults(NONE, "sft", NONE, NONE, NONE, "default", False, False, False),
+    "ppo": AlgorithmDefaults("ppo", "ppo", NONE, "k2", "default", "default", True, False, False),
+    "grpo": AlgorithmDefaults("grpo", "ppo", NONE, "k2", "default", "default", False, False, True),
+    "opmd": AlgorithmDefaults("opmd", "opmd", NONE, "k2", "default", "default", False, False, True),
+    "dpo": AlgorithmDefaults(NONE, "dpo", NONE, NONE, NONE, "default", False, True, False, 2),
+    "mix": AlgorithmDefaults("grpo", "mix", NONE, "k2", "default", "mix", False, False, True),
+    "rloo": AlgorithmDefaults("rloo", "ppo", NONE, "k2", "default", "default", False, False, True),
+    "reinforceplusplus": AlgorithmDefaults(
+        "reinforceplusplus", "ppo", NONE, "k2", "default", "default", False, False, False
+    ),
+    "gspo": AlgorithmDefaults("grpo", "gspo", NONE, NONE, "default", "default", False, False, True),
+}
+
+PART_NAMES = (
+    "advantage_fn",
+    "policy_loss_fn",
+    "kl_penalty_fn",
+    "kl_loss_fn",
+    "entropy_loss_fn",
+    "sample_strategy",
+)
+
+
+def defaults_for(algorithm_type: str) -> AlgorithmDefaults:
+    """The table row of ``algorithm_type``; ConfigError naming the known types otherwise."""
+    try:
+        return ALGORITHM_DEFAULTS[algorithm_type]
+    except KeyError:
+        raise ConfigError(
+            "algorithm.algorithm_type",
+            "unknown algorithm type",
+            value=algorithm_type,
+            valid="valid: " + ", ".join(ALGORITHM_DEFAULTS),
+            suggestion=closest(algorithm_type, ALGORITHM_DEFAULTS),
+        ) from None

@@ -1,0 +1,289 @@
+"""Derived values of a config, computed by one pure function.
+
+``resolve(cfg, now=...)`` returns a new ``Config`` in which every "unset: ..." field of
+the schema holds its effective value. It reads nothing but its arguments: no files, no
+environment, no cluster. The documented derivations:
+
+- name -> ``<name>_<YYYYmmddHHMMSS>`` when ``continue_from_checkpoint`` is false;
+  ``ray_namespace`` -> ``<project>/<name>``;
+- algorithm parts, critic and reference use from ``algorithm_defaults``; dpo uses 2 rollouts;
+- ``max_model_len`` = ``max_prompt_tokens + max_response_tokens`` (and each of the two
+  from the other when only one is given);
+- ``train_batch_size`` = ``batch_size * repeat_times``; ``taskset`` becomes ``tasksets[0]``;
+  taskset ``repeat_times`` = ``algorithm.repeat_times`` (1 for eval tasksets); rollout
+  args from ``model``; workflow and reward names from explorer_input, then buffer;
+- the short trainer settings and ``algorithm.optimizer`` written into ``trainer_config``;
+  ``trainer.total_steps`` from ``buffer.total_steps`` when that is set.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from datetime import datetime
+from pathlib import Path
+
+from trinity.config.algorithm_defaults import NONE, PART_NAMES, defaults_for
+from trinity.config.errors import ConfigError
+from trinity.config.schema import (
+    Config,
+    OptimizerConfig,
+    StorageConfig,
+    VerlTrainerConfig,
+)
+
+# A resolved config remembers the config it came from, so stages can be expanded from it.
+SOURCE_ATTR = "_unresolved_source"
+
+
+def resolve(cfg: Config, *, now: datetime) -> Config:
+    """Return a new config with every derived value filled in; ``cfg`` is not modified.
+
+    Raises:
+        ConfigError: a value that cannot be derived (e.g. no way to know max_model_len).
+    """
+    out = resolve_run(cfg, now=now, rename=True)
+    setattr(out, SOURCE_ATTR, copy.deepcopy(cfg))
+    return out
+
+
+def resolve_run(cfg: Config, *, now: datetime, rename: bool) -> Config:
+    """``resolve`` without remembering the source; ``rename=False`` keeps ``name`` as is."""
+    out = copy.deepcopy(cfg)
+    if rename and not out.continue_from_checkpoint:
+        out.name = timestamped(out.name, now)
+    if out.ray_namespace is None:
+        out.ray_namespace = f"{out.project}/{out.name}"
+    out.log.level = out.log.level.upper()
+    _resolve_algorithm(out)
+    _resolve_model(out)
+    _resolve_buffer(out)
+    _resolve_explorer(out)
+    _resolve_synchronizer(out)
+    _resolve_trainer(out)
+    return out
+
+
+def timestamped(name: str, now: datetime) -> str:
+    """``<name>_<YYYYmmddHHMMSS>``: the name of a fresh run when not continuing."""
+    return f"{name}_{now.strftime('%Y%m%d%H%M%S')}"
+
+
+def job_dir(cfg: Config) -> Path:
+    """Directory of the experiment: ``<checkpoint_root_dir>/<project>/<name>``."""
+    return Path(cfg.checkpoint_root_dir) / cfg.project / cfg.name
+
+
+def _resolve_algorithm(cfg: Config) -> None:
+    algo = cfg.algorithm
+    table = defaults_for(algo.algorithm_type)
+    for part in PART_NAMES:
+        if getattr(algo, part) is None:
+            setattr(algo, part, getattr(table, part))
+    if table.fixed_repeat_times is not None:
+        algo.repeat_times = table.fixed_repeat_times
+    if algo.use_critic is None:
+        algo.use_critic = table.use_critic
+    if algo.use_reference is None:
+        kl_active = algo.kl_loss_fn != NONE or algo.kl_penalty_fn != NONE
+        algo.use_reference = table.needs_reference or kl_active
+
+
+def _resolve_model(cfg: Config) -> None:
+    model = cfg.model
+    prompt, response = model.max_prompt_tokens, model.max_response_tokens
+    if model.max_model_len is None:
+        if prompt is None or response is None:
+            raise ConfigError(
+                "model.max_model_len",
+                "is unset and cannot be derived",
+                valid="set model.max_model_len, or both model.max_prompt_tokens and model.max_response_tokens",
+            )
+        model.max_model_len = prompt + response
+    elif prompt is None and response is not None:
+        model.max_prompt_tokens = model.max_model_len - response
+    elif response is None and prompt is not None:
+        model.max_response_tokens = model.max_model_len - prompt
+    if not model.critic_model_path:
+        model.critic_model_path = model.model_path
+
+
+def _resolve_buffer(cfg: Config) -> None:
+    buffer, algo = cfg.buffer, cfg.algorithm
+    if buffer.train_batch_size is None:
+        buffer.train_batch_size = buffer.batch_size * algo.repeat_times
+    ei = buffer.explorer_input
+    if ei.default_workflow_type is None:
+        ei.default_workflow_type = buffer.default_workflow_type
+    if ei.default_reward_fn_type is None:
+        ei.default_reward_fn_type = buffer.default_reward_fn_type
+    if ei.default_eval_workflow_type is None:
+        ei.default_eval_workflow_type = ei.default_workflow_type
+    if ei.taskset is not None:
+        others = [t for t in ei.tasksets if t.name != ei.taskset.name]
+        ei.tasksets = [ei.taskset, *others]
+    ei.taskset = ei.tasksets[0] if ei.tasksets else None
+
+    for taskset in ei.tasksets:
+        _fill_storage(taskset, cfg, storage_type="file")
+        taskset.is_eval = False
+        if taskset.repeat_times is None:
+            taskset.repeat_times = algo.repeat_times
+        taskset.default_workflow_type = taskset.default_workflow_type or ei.default_workflow_type
+        taskset.default_reward_fn_type = taskset.default_reward_fn_type or ei.default_reward_fn_type
+    for taskset in ei.eval_tasksets:
+        _fill_storage(taskset, cfg, storage_type="file")
+        taskset.is_eval = True
+        if taskset.repeat_times is None:
+            taskset.repeat_times = 1
+        taskset.default_workflow_type = taskset.default_workflow_type or ei.default_eval_workflow_type
+        taskset.default_reward_fn_type = taskset.default_reward_fn_type or ei.default_reward_fn_type
+
+    ti = buffer.trainer_input
+    if ti.experience_buffer is not None:
+        # in train mode nothing in the run writes the buffer: it is a dataset to read
+        _fill_storage(ti.experience_buffer, cfg, storage_type="file" if cfg.mode == "train" else "queue")
+    for key, aux in ti.auxiliary_buffers.items():
+        aux.name = aux.name or key
+        _fill_storage(aux, cfg, storage_type="file")
+
+
+def _fill_storage(storage: StorageConfig, cfg: Config, *, storage_type: str) -> None:
+    model = cfg.model
+    if storage.storage_type is None:
+        storage.storage_type = storage_type  # type: ignore[assignment]
+    if storage.format.chat_template is None:
+        storage.format.chat_template = model.custom_chat_template
+    args = storage.rollout_args
+    if args.temperature is None:
+        args.temperature = model.temperature
+    if args.top_p is None:
+        args.top_p = model.top_p
+    if args.top_k is None:
+        args.top_k = model.top_k
+    if args.logprobs is None:
+        args.logprobs = model.logprobs
+    if args.max_tokens is None:
+        args.max_tokens = model.max_response_tokens
+
+
+def _resolve_explorer(cfg: Config) -> None:
+    model, rollout = cfg.model, cfg.explorer.rollout_model
+    rollout.model_path = rollout.model_path or model.model_path
+    if rollout.chat_template is None:
+        rollout.chat_template = model.custom_chat_template
+    if rollout.max_prompt_tokens is None:
+        rollout.max_prompt_tokens = model.max_prompt_tokens
+    if rollout.max_response_tokens is None:
+        rollout.max_response_tokens = model.max_response_tokens
+    if rollout.max_model_len is None:
+        rollout.max_model_len = model.max_model_len
+    for engine in (rollout, *cfg.explorer.auxiliary_models):
+        if engine.dtype is None:
+            engine.dtype = model.dtype
+        if engine.seed is None:
+            engine.seed = cfg.seed
+        prompt, response = engine.max_prompt_tokens, engine.max_response_tokens
+        if engine.max_model_len is None and prompt is not None and response is not None:
+            engine.max_model_len = prompt + response
+
+
+def _resolve_synchronizer(cfg: Config) -> None:
+    # only mode both runs a trainer and an explorer side by side; every other mode hands
+    # weights over through checkpoint files
+    if cfg.mode != "both":
+        cfg.synchronizer.sync_method = "checkpoint"
+    elif cfg.synchronizer.sync_method is None:
+        cfg.synchronizer.sync_method = "nccl"
+
+
+def _resolve_trainer(cfg: Config) -> None:
+    trainer = cfg.trainer
+    if trainer.trainer_config_path:
+        raise ConfigError(
+            "trainer.trainer_config_path",
+            "must be read into trainer.trainer_config before resolving",
+            value=trainer.trainer_config_path,
+            valid="load the file with load_config, or set trainer.trainer_config in Python",
+        )
+    if trainer.total_steps is None:
+        trainer.total_steps = _train_steps(cfg)
+    tc = trainer.trainer_config = trainer.trainer_config or VerlTrainerConfig()
+    arr = tc.actor_rollout_ref
+    actor = arr.actor
+    shortcuts = (
+        ("use_dynamic_bsz", actor, "use_dynamic_bsz"),
+        ("max_token_len_per_gpu", actor, "ppo_max_token_len_per_gpu"),
+        ("ulysses_sequence_parallel_size", actor, "ulysses_sequence_parallel_size"),
+        ("grad_clip", actor, "grad_clip"),
+        ("enable_gradient_checkpointing", arr.model, "enable_gradient_checkpointing"),
+    )
+    for short, target, name in shortcuts:
+        if getattr(trainer, short) is None:
+            setattr(trainer, short, getattr(target, name))
+        else:
+            setattr(target, name, getattr(trainer, short))
+
+    optimizer = cfg.algorithm.optimizer
+    if optimizer.total_training_steps == -1 and trainer.total_steps is not None:
+        optimizer.total_training_steps = trainer.total_steps
+    if actor.optim is not None:
+        _check_same_optimizer(actor.optim, optimizer)
+    actor.optim = copy.deepcopy(optimizer)
+    if tc.critic.optim.total_training_steps == -1:
+        tc.critic.optim.total_training_steps = optimizer.total_training_steps
+
+    for follower in (arr.ref, arr.rollout):
+        if follower.log_prob_micro_batch_size_per_gpu is None:
+            follower.log_prob_micro_batch_size_per_gpu = actor.ppo_micro_batch_size_per_gpu
+        if follower.log_prob_use_dynamic_bsz is None:
+            follower.log_prob_use_dynamic_bsz = actor.use_dynamic_bsz
+        if follower.log_prob_max_token_len_per_gpu is None:
+            follower.log_prob_max_token_len_per_gpu = actor.ppo_max_token_len_per_gpu
+    for name in ("ulysses_sequence_parallel_size", "entropy_from_logits_with_chunking", "entropy_checkpointing"):
+        if getattr(arr.ref, name) is None:
+            setattr(arr.ref, name, getattr(actor, name))
+
+    critic = tc.critic
+    if critic.forward_micro_batch_size_per_gpu is None:
+        critic.forward_micro_batch_size_per_gpu = critic.ppo_micro_batch_size_per_gpu
+    if critic.use_dynamic_bsz is None:
+        critic.use_dynamic_bsz = actor.use_dynamic_bsz
+    if critic.ppo_max_token_len_per_gpu is None:
+        critic.ppo_max_token_len_per_gpu = 2 * actor.ppo_max_token_len_per_gpu
+    if critic.forward_max_token_len_per_gpu is None:
+        critic.forward_max_token_len_per_gpu = critic.ppo_max_token_len_per_gpu
+    if critic.ppo_epochs is None:
+        critic.ppo_epochs = actor.ppo_epochs
+    if critic.shuffle is None:
+        critic.shuffle = actor.shuffle
+    if critic.model.external_lib is None:
+        critic.model.external_lib = arr.model.external_lib
+
+
+def _train_steps(cfg: Config) -> int | None:
+    """Train steps of the run when ``buffer.total_steps`` fixes them; None when data decides."""
+    buffer = cfg.buffer
+    if buffer.total_steps is None or cfg.mode not in ("both", "train"):
+        return None
+    if cfg.mode == "train":
+        return buffer.total_steps
+    assert buffer.train_batch_size is not None  # filled by _resolve_buffer
+    experiences = buffer.total_steps * buffer.batch_size * cfg.algorithm.repeat_times
+    return max(1, math.floor(experiences / buffer.train_batch_size))
+
+
+def _check_same_optimizer(given: OptimizerConfig, optimizer: OptimizerConfig) -> None:
+    """The veRL-layout actor optimizer may restate algorithm.optimizer but not contradict it."""
+    for f in dataclasses.fields(OptimizerConfig):
+        if f.name == "total_training_steps":
+            continue  # filled from the run's length; -1 in veRL files
+        mine, theirs = getattr(given, f.name), getattr(optimizer, f.name)
+        if mine != theirs:
+            raise ConfigError(
+                f"trainer.trainer_config.actor_rollout_ref.actor.optim.{f.name}",
+                f"differs from algorithm.optimizer.{f.name} ({theirs})",
+                value=mine,
+                valid=f"set the actor optimizer in algorithm.optimizer.{f.name} (or give the same value here)",
+            )

@@ -1,0 +1,126 @@
+"""``buffer``: tasksets the explorer reads and the experience buffers the trainer reads.
+
+One ``StorageConfig`` describes every storage: training tasksets, eval tasksets, the
+experience buffer and auxiliary buffers (e.g. an SFT dataset for ``mix``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from trinity.config.setting import setting
+
+StorageType = Literal["file", "queue", "sql"]
+
+
+@dataclass
+class FormatConfig:
+    """Which columns of a dataset hold prompts, responses, messages, tools, DPO pairs."""
+
+    prompt_type: Literal["plaintext", "messages"] = setting(
+        "plaintext", "plaintext: the prompt is a string; messages: a chat message list"
+    )
+    prompt_key: str = setting("prompt", "column of the user prompt (plaintext)")
+    response_key: str = setting("response", "column of the reference response or answer (plaintext)")
+    system_prompt_key: str | None = setting(None, "column of a per-row system prompt (plaintext)")
+    system_prompt: str | None = setting(None, "system prompt for every row; system_prompt_key wins")
+    messages_key: str = setting("messages", "column of the message list (messages)")
+    tools_key: str = setting("tools", "column of the tool list (a list of dicts)")
+    chosen_key: str = setting("chosen", "column of the preferred response (DPO)")
+    rejected_key: str = setting("rejected", "column of the rejected response (DPO)")
+    enable_concatenated_multi_turn: bool = setting(
+        False, "SFT on every assistant turn of a conversation (messages only)"
+    )
+    chat_template: str | None = setting(None, "chat template for this data; unset: model.custom_chat_template")
+
+
+@dataclass
+class RolloutArgs:
+    """Sampling parameters of one taskset; unset values come from ``model``."""
+
+    temperature: float | None = setting(None, "sampling temperature; unset: model.temperature")
+    top_p: float | None = setting(None, "nucleus-sampling mass; unset: model.top_p")
+    top_k: int | None = setting(None, "top-k (-1 disables); unset: model.top_k")
+    logprobs: int | None = setting(None, "top alternatives with logprobs per token; unset: model.logprobs")
+    max_tokens: int | None = setting(None, "most tokens per response; unset: model.max_response_tokens")
+
+
+@dataclass
+class StorageConfig:
+    """A taskset or an experience buffer."""
+
+    name: str = setting("", "unique name (also the Ray actor name of the storage)")
+    storage_type: StorageType | None = setting(
+        None, "file, queue or sql; unset: queue for the experience buffer (file in train mode), else file"
+    )
+    path: str | None = setting(None, "data directory/file, hub id, or SQLAlchemy URL (sql; optional backup for queue)")
+    subset_name: str | None = setting(None, "dataset subset (configuration) name")
+    split: str = setting("train", "dataset split")
+    repeat_times: int | None = setting(
+        None, "rollouts per task; unset: algorithm.repeat_times for tasksets, 1 for eval tasksets"
+    )
+    task_selector: Literal["sequential", "shuffle", "random"] = setting(
+        "sequential", "order in which tasks are read: in file order, shuffled per epoch, or sampled"
+    )
+    format: FormatConfig = setting(FormatConfig, "column mapping of the data")
+    rollout_args: RolloutArgs = setting(RolloutArgs, "sampling parameters of this taskset")
+    default_workflow_type: str | None = setting(
+        None, "workflow that runs these tasks; unset: explorer_input's, then buffer's"
+    )
+    default_reward_fn_type: str | None = setting(
+        None, "reward function of these tasks; unset: explorer_input's, then buffer's"
+    )
+    workflow_args: dict[str, Any] = setting({}, "extra arguments given to the workflow of every task")
+    reward_fn_args: dict[str, Any] = setting({}, "extra arguments given to the reward function")
+    max_read_timeout: float = setting(1800, "seconds a reader waits for a full batch before returning a partial one (queue)")
+    use_priority_queue: bool = setting(False, "read the highest-priority experiences first (queue)")
+    reuse_cooldown_time: float | None = setting(
+        None, "seconds before an experience may be read again (priority queue); unset: never reused"
+    )
+    capacity: int = setting(10000, "most experiences held in memory (queue)")
+    is_eval: bool = setting(False, "set by resolve: true for eval tasksets")
+
+
+@dataclass
+class ExplorerInputConfig:
+    """What the explorer rolls out."""
+
+    taskset: StorageConfig | None = setting(None, "the training taskset (same as tasksets[0])")
+    tasksets: list[StorageConfig] = setting([], "training tasksets; resolve puts taskset first")
+    eval_tasksets: list[StorageConfig] = setting([], "tasksets evaluated every explorer.eval_interval steps")
+    default_workflow_type: str | None = setting(None, "workflow of tasksets that name none; unset: buffer's")
+    default_reward_fn_type: str | None = setting(None, "reward function of tasksets that name none; unset: buffer's")
+    default_eval_workflow_type: str | None = setting(
+        None, "workflow of eval tasksets that name none; unset: default_workflow_type"
+    )
+
+
+@dataclass
+class TrainerInputConfig:
+    """What the trainer reads."""
+
+    experience_buffer: StorageConfig | None = setting(
+        None, "explorer output and trainer input (for sft/dpo in train mode: the dataset)"
+    )
+    auxiliary_buffers: dict[str, StorageConfig] = setting(
+        {}, "extra datasets by name (e.g. sft_dataset for mix); name defaults to the key"
+    )
+
+
+@dataclass
+class BufferConfig:
+    """Batch sizes, the length of the run, and the inputs of explorer and trainer."""
+
+    batch_size: int = setting(1, "tasks per explore step (do not multiply by repeat_times)")
+    train_batch_size: int | None = setting(
+        None, "experiences per train step; unset: batch_size * algorithm.repeat_times"
+    )
+    total_epochs: int = setting(1, "passes over the taskset; ignored when total_steps is set")
+    total_steps: int | None = setting(
+        None, "explore steps of the run (train steps in train mode); unset: from total_epochs and data size"
+    )
+    explorer_input: ExplorerInputConfig = setting(ExplorerInputConfig, "tasksets of the explorer")
+    trainer_input: TrainerInputConfig = setting(TrainerInputConfig, "buffers of the trainer")
+    default_workflow_type: str | None = setting(None, "workflow of tasksets that name none")
+    default_reward_fn_type: str | None = setting(None, "reward function of tasksets that name none")

@@ -1,0 +1,69 @@
+"""Sections about where and how the run executes: cluster, synchronizer, monitor, log, service."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from trinity.config.setting import setting
+
+SyncMethod = Literal["nccl", "checkpoint", "memory"]
+MonitorType = Literal["tensorboard", "wandb", "mlflow", "console"]
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+@dataclass
+class ClusterConfig:
+    """The machines of the run."""
+
+    node_num: int = setting(1, "number of nodes")
+    gpu_per_node: int = setting(0, "GPUs used on each node; 0 runs everything on CPU")
+    ray_address: str = setting("auto", "Ray cluster to join; auto or empty: join a running one, else start a local one")
+
+
+@dataclass
+class SynchronizerConfig:
+    """How new weights travel from the trainer to the rollout models."""
+
+    sync_method: SyncMethod | None = setting(
+        None, "nccl (collective broadcast), memory (object store) or checkpoint (files); unset: nccl in mode both, else checkpoint"
+    )
+    sync_interval: int = setting(1, "train steps between weight synchronizations")
+    sync_offset: int = setting(0, "explore steps the explorer may run ahead before training starts")
+    sync_timeout: float = setting(3600, "seconds to wait for a synchronization")
+    sync_style: Literal["fixed", "dynamic"] = setting(
+        "fixed", "fixed: every sync_interval steps; dynamic: whenever the trainer has new weights"
+    )
+
+
+@dataclass
+class MonitorConfig:
+    """Where metrics go."""
+
+    monitor_type: MonitorType = setting("tensorboard", "tensorboard, wandb, mlflow or console")
+    monitor_args: dict[str, Any] = setting({}, "arguments of the monitor (wandb: base_url, api_key; mlflow: uri, username, password)")
+    enable_ray_timeline: bool = setting(False, "write a Chrome-trace timeline.json of Ray tasks to the monitor directory")
+
+
+@dataclass
+class LogConfig:
+    """Per-actor log files."""
+
+    level: str = setting("INFO", "DEBUG, INFO, WARNING or ERROR (any case)")
+    group_by_node: bool = setting(False, "put each actor's log under log/<node_ip>/")
+
+
+@dataclass
+class DataJuicerServiceConfig:
+    """The Data-Juicer service used by data pipelines."""
+
+    server_url: str = setting("", "URL of a running Data-Juicer server")
+    auto_start: bool = setting(False, "start a local Data-Juicer server on port")
+    port: int = setting(5005, "port of the auto-started server")
+
+
+@dataclass
+class ServiceConfig:
+    """External services."""
+
+    data_juicer: DataJuicerServiceConfig | None = setting(None, "Data-Juicer service; unset: not used")

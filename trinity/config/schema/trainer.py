@@ -1,0 +1,51 @@
+"""``trainer``: the training loop, checkpointing, and short forms of common veRL settings.
+
+The short forms (``grad_clip``, ``use_dynamic_bsz``, ...) override the matching fields of
+``trainer_config.actor_rollout_ref``; ``resolve`` writes the effective value to both places.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from trinity.config.schema.verl import VerlTrainerConfig
+from trinity.config.setting import setting
+
+SaveStrategy = Literal["single_thread", "single_process", "single_node", "unrestricted"]
+
+
+@dataclass
+class TrainerConfig:
+    """The trainer: backend, checkpoints and the length of training."""
+
+    name: str = setting("trainer", "Ray actor name of the trainer; unique per experiment")
+    trainer_type: Literal["torch", "verl"] = setting(
+        "torch", "training backend; verl names the same built-in trainer configured in the veRL layout"
+    )
+    save_interval: int = setting(0, "train steps between checkpoints; 0: only at the end")
+    total_steps: int | None = setting(
+        None, "train steps of the run; unset: derived from buffer.total_steps when it is set"
+    )
+    save_strategy: SaveStrategy = setting(
+        "unrestricted", "how many threads/processes/nodes may write checkpoints at the same time"
+    )
+    trainer_config: VerlTrainerConfig | None = setting(
+        None, "detailed settings in the veRL layout; unset: defaults (or trainer_config_path)"
+    )
+    trainer_config_path: str = setting(
+        "", "YAML file with the detailed settings; read by load_config; exclusive with trainer_config"
+    )
+    use_dynamic_bsz: bool | None = setting(
+        None, "pack micro-batches by token count; overrides actor.use_dynamic_bsz"
+    )
+    max_token_len_per_gpu: int | None = setting(
+        None, "tokens per packed micro-batch on one rank; overrides actor.ppo_max_token_len_per_gpu"
+    )
+    ulysses_sequence_parallel_size: int | None = setting(
+        None, "sequence-parallel size; overrides actor.ulysses_sequence_parallel_size"
+    )
+    grad_clip: float | None = setting(None, "gradient-norm clip; overrides actor.grad_clip")
+    enable_gradient_checkpointing: bool | None = setting(
+        None, "recompute activations in backward; overrides actor_rollout_ref.model.enable_gradient_checkpointing"
+    )

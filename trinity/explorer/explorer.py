@@ -1,0 +1,137 @@
+"""The explorer: roll out tasks with the current policy and hand experiences on.
+
+``explore_step`` reads a batch of tasks, runs their workflows on the runner pool and
+returns the scored experiences with metrics; ``evaluate`` runs every eval taskset.
+``load_weights`` installs a new policy version from the trainer. The loop that calls
+these (and talks to the buffer and synchronizer) lives in ``trinity.launch``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from trinity.buffer.task_reader import TasksetExhausted, TasksetReader
+from trinity.config import Config
+from trinity.explorer.metrics import eval_metrics, rollout_metrics
+from trinity.explorer.runner import RunnerPool
+from trinity.models.engine import TransformersEngine
+from trinity.models.wrapper import ModelWrapper
+from trinity.types import Experience, Task
+
+import trinity.workflows  # noqa: F401  (registers the built-in workflows)
+import trinity.rewards  # noqa: F401
+
+
+def make_taskset_reader(config: Config, storage, *, batch_size: int, is_eval: bool) -> TasksetReader:
+    buf = config.buffer
+    return TasksetReader(
+        storage,
+        batch_size=batch_size,
+        total_epochs=1 if is_eval else buf.total_epochs,
+        total_steps=None if is_eval else buf.total_steps,
+        seed=config.seed,
+        default_workflow=buf.explorer_input.default_workflow_type or buf.default_workflow_type or "math_workflow",
+        default_reward_fn=buf.explorer_input.default_reward_fn_type or buf.default_reward_fn_type,
+    )
+
+
+class Explorer:
+    """Owns the rollout engine, the runner pool and the tasksets."""
+
+    def __init__(self, config: Config, *, model_dir: str | Path, log_dir: Path | None, logger: logging.Logger | None = None) -> None:
+        self.config = config
+        self.logger = logger or logging.getLogger("trinity.explorer")
+        ex = config.explorer
+        self.engine = TransformersEngine(
+            str(model_dir),
+            dtype=config.model.dtype,
+            max_model_len=config.model.max_model_len,
+            seed=config.seed,
+        )
+        self.model = ModelWrapper(self.engine, enable_prompt_truncation=config.model.enable_prompt_truncation)
+        inputs = config.buffer.explorer_input
+        self.taskset = None
+        if inputs.taskset is not None:
+            self.taskset = make_taskset_reader(config, inputs.taskset, batch_size=config.buffer.batch_size, is_eval=False)
+        self.eval_tasks: dict[str, list[Task]] = {}
+        for storage in inputs.eval_tasksets:
+            reader = make_taskset_reader(config, storage, batch_size=1, is_eval=True)
+            self.eval_tasks[storage.name] = [self._as_eval(t) for t in reader.read_all()]
+        self.runners = RunnerPool(
+            self.model,
+            num_runners=ex.runner_per_model * ex.rollout_model.engine_num,
+            max_timeout=ex.max_timeout,
+            max_retry_times=ex.max_retry_times,
+            env_vars=ex.env_vars,
+            log_dir=log_dir,
+            log_level=config.log.level,
+        )
+
+    @staticmethod
+    def _as_eval(task: Task) -> Task:
+        task.is_eval = True
+        return task
+
+    @property
+    def model_version(self) -> int:
+        return self.engine.model_version
+
+    def explore_step(self, step: int) -> tuple[list[Experience], dict[str, float]] | None:
+        """Roll out one batch of tasks; None when the taskset is exhausted."""
+        if self.taskset is None:
+            raise RuntimeError("explore_step needs buffer.explorer_input.taskset")
+        try:
+            tasks = self.taskset.read_batch()
+        except TasksetExhausted:
+            return None
+        start = time.perf_counter()
+        result = self.runners.run_tasks(tasks, batch_id=step)
+        for exp in result.experiences:
+            exp.info["model_version"] = self.model_version
+        metrics = rollout_metrics(result.experiences)
+        metrics.update(
+            {
+                "rollout/failed_tasks": float(result.failed),
+                "rollout/timed_out_tasks": float(result.timed_out),
+                "rollout/model_version": float(self.model_version),
+                "rollout/num_experiences": float(len(result.experiences)),
+                "time/explore_step": time.perf_counter() - start,
+            }
+        )
+        if result.failed or result.timed_out:
+            self.logger.warning(
+                "explore step %d: %d task(s) failed, %d timed out (see explorer_runner_*.log)",
+                step, result.failed, result.timed_out,
+            )
+        return result.experiences, metrics
+
+    def evaluate(self, step: int) -> dict[str, float]:
+        """Run every eval taskset once with the current weights."""
+        metrics: dict[str, float] = {}
+        start = time.perf_counter()
+        for name, tasks in self.eval_tasks.items():
+            result = self.runners.run_tasks(tasks, batch_id=f"eval_{step}")
+            k = max((t.repeat_times for t in tasks), default=1)
+            metrics.update(eval_metrics(name, result.experiences, k))
+            if result.failed or result.timed_out:
+                metrics[f"eval/{name}/failed_tasks"] = float(result.failed + result.timed_out)
+        metrics["time/eval"] = time.perf_counter() - start
+        return metrics
+
+    def load_weights(self, state_dict: dict[str, Any], version: int) -> None:
+        self.engine.load_state_dict(state_dict, version)
+        self.logger.info("loaded policy version %d", version)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"taskset": self.taskset.state_dict() if self.taskset else None, "model_version": self.model_version}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.taskset is not None and state.get("taskset"):
+            self.taskset.load_state_dict(state["taskset"])
+
+    def close(self) -> None:
+        self.runners.close()
+        self.engine.close()

@@ -1,0 +1,209 @@
+"""The explorer and trainer loops, each as a class that runs inside its own Ray actor.
+
+Both talk to the experience buffer and the synchronizer through Ray handles:
+
+    explorer: [eval] -> for each step: wait for weights -> roll out -> buffer.put -> [eval]
+    trainer:  for each step: buffer.get -> train -> publish weights -> [save]
+
+With ``sync_interval`` i and ``sync_offset`` o, before explore step s the explorer needs
+policy version ``((s - 1 - o) // i) * i`` (the newest version the trainer publishes
+without waiting for experiences the explorer has not produced yet). With i = 1 and
+o = 0 this is the synchronous schedule: explore 1, train 1, explore 2 with version 1, ...
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from trinity.config import Config
+from trinity.trainer import checkpoint as ckpt
+from trinity.utils.log import get_actor_logger
+
+
+def required_version(step: int, sync_interval: int, sync_offset: int) -> int:
+    """Policy version explore step ``step`` (1-based) must use."""
+    return max(0, ((step - 1 - sync_offset) // sync_interval) * sync_interval)
+
+
+def _threads() -> int:
+    return max(1, os.cpu_count() or 1)
+
+
+def _setup_torch() -> None:
+    import torch
+
+    # Ray sets OMP_NUM_THREADS=1 for fractional-CPU actors; the roles alternate in
+    # synchronous mode, so each may use every core while it works
+    torch.set_num_threads(_threads())
+
+
+def _logger(config: Config, job_dir: Path, name: str):
+    return get_actor_logger(
+        name,
+        job_dir / "log",
+        level=config.log.level,
+        group_by_node=config.log.group_by_node,
+        capture_library_logs=True,
+    )
+
+
+def _monitor(config: Config, job_dir: Path, role: str):
+    from trinity.config import to_dict
+    from trinity.monitor import make_monitor
+
+    return make_monitor(
+        config.monitor.monitor_type,
+        project=config.project,
+        name=config.name,
+        role=role,
+        job_dir=job_dir,
+        monitor_args=config.monitor.monitor_args,
+        config_dict=to_dict(config),
+    )
+
+
+class ExplorerRole:
+    def __init__(self, config: Config, job_dir: str, model_dir: str, buffer, synchronizer) -> None:
+        _setup_torch()
+        from trinity.explorer.explorer import Explorer
+
+        self.config = config
+        self.job_dir = Path(job_dir)
+        self.buffer = buffer
+        self.sync = synchronizer
+        self.logger = _logger(config, self.job_dir, config.explorer.name)
+        self.monitor = _monitor(config, self.job_dir, "explorer")
+        self.explorer = Explorer(config, model_dir=model_dir, log_dir=self.job_dir / "log", logger=self.logger)
+
+    def run(self, total_steps: int, start_step: int = 0) -> dict[str, Any]:
+        cfg = self.config
+        syn = cfg.synchronizer
+        first_eval = last_eval = None
+        if cfg.explorer.eval_on_startup and start_step == 0 and self.explorer.eval_tasks:
+            first_eval = last_eval = self._evaluate(0)
+        step = start_step
+        evaluated_version = self.explorer.model_version
+        try:
+            for step in range(start_step + 1, total_steps + 1):
+                self._sync_to(required_version(step, syn.sync_interval, syn.sync_offset))
+                self.logger.info("explore step %d begins (policy version %d)", step, self.explorer.model_version)
+                produced = self.explorer.explore_step(step)
+                if produced is None:
+                    self.logger.info("taskset exhausted before step %d", step)
+                    step -= 1
+                    break
+                experiences, metrics = produced
+                ray.get(self.buffer.put.remote(experiences))
+                self.monitor.log(metrics, step)
+                ray.get(self.sync.report.remote("explorer", step, metrics))
+                ckpt.write_json_atomic(self.job_dir / "explorer_meta.json", {"latest_iteration": step, **self.explorer.state_dict()})
+                self.logger.info("explore step %d ends: %s", step, _brief(metrics))
+                if step % cfg.explorer.eval_interval == 0 and self.explorer.eval_tasks:
+                    last_eval = self._evaluate(step)
+                    evaluated_version = self.explorer.model_version
+                    first_eval = first_eval or last_eval
+        finally:
+            ray.get(self.buffer.close.remote())
+        # evaluate the final policy once the trainer has consumed everything
+        if self.explorer.eval_tasks and cfg.mode == "both":
+            self._sync_to(step)
+            if self.explorer.model_version != evaluated_version:
+                last_eval = self._evaluate(step)
+                first_eval = first_eval or last_eval
+        ray.get(self.sync.finish.remote("explorer"))
+        self.monitor.close()
+        return {"steps": step, "first_eval": first_eval, "last_eval": last_eval}
+
+    def _sync_to(self, version: int) -> None:
+        if version <= self.explorer.model_version:
+            return
+        syn = self.config.synchronizer
+        self.logger.info("waiting for policy version %d", version)
+        start = time.perf_counter()
+        got, weights = ray.get(self.sync.wait_for.remote(version, syn.sync_timeout))
+        if got <= self.explorer.model_version:
+            return
+        if weights is not None:
+            state_dict = ray.get(weights[0])
+        else:  # checkpoint sync: the trainer wrote the weights to disk
+            state_dict = ckpt.load_actor_shard(self.job_dir, got, "model")
+        self.explorer.load_weights(state_dict, got)
+        self.logger.info("synchronized to policy version %d in %.2fs", got, time.perf_counter() - start)
+
+    def _evaluate(self, step: int) -> dict[str, float]:
+        self.logger.info("evaluation at step %d begins", step)
+        metrics = self.explorer.evaluate(step)
+        self.monitor.log(metrics, step)
+        ray.get(self.sync.report.remote("eval", step, metrics))
+        self.logger.info("evaluation at step %d: %s", step, _brief(metrics))
+        return metrics
+
+    def close(self) -> None:
+        self.explorer.close()
+
+
+class TrainerRole:
+    def __init__(self, config: Config, job_dir: str, model_dir: str, buffer, synchronizer, total_steps: int) -> None:
+        _setup_torch()
+        from trinity.trainer.trainer import Trainer
+
+        self.config = config
+        self.job_dir = Path(job_dir)
+        self.buffer = buffer
+        self.sync = synchronizer
+        self.logger = _logger(config, self.job_dir, config.trainer.name)
+        self.monitor = _monitor(config, self.job_dir, "trainer")
+        self.trainer = Trainer(config, model_dir=model_dir, total_steps=total_steps, logger=self.logger)
+
+    def run(self, total_steps: int, start_step: int = 0) -> dict[str, Any]:
+        cfg = self.config
+        syn = cfg.synchronizer
+        keep = cfg.trainer.trainer_config.trainer.max_actor_ckpt_to_keep
+        step = completed = start_step
+        read_timeout = cfg.buffer.trainer_input.experience_buffer.max_read_timeout
+        try:
+            for step in range(start_step + 1, total_steps + 1):
+                experiences = ray.get(self.buffer.get.remote(cfg.buffer.train_batch_size, read_timeout))
+                if not experiences:
+                    self.logger.info("experience buffer closed and empty before step %d", step)
+                    step -= 1
+                    break
+                self.logger.info("train step %d begins with %d experiences", step, len(experiences))
+                metrics = self.trainer.train_step(experiences)
+                versions = [e.model_version for e in experiences]
+                metrics["trainer/staleness/mean"] = sum(step - 1 - v for v in versions) / len(versions)
+                self.monitor.log(metrics, step)
+                ray.get(self.sync.report.remote("trainer", step, metrics))
+                self.logger.info("train step %d ends: %s", step, _brief(metrics))
+                completed = step
+                if step % syn.sync_interval == 0 or step == total_steps:
+                    self._publish(step)
+                if cfg.trainer.save_interval > 0 and step % cfg.trainer.save_interval == 0:
+                    self.trainer.save_checkpoint(self.job_dir, step, keep)
+        finally:
+            # the final weights are always kept; a failed step is never saved
+            if completed > start_step and ckpt.read_latest(self.job_dir) != completed:
+                self.trainer.save_checkpoint(self.job_dir, completed, keep)
+            ray.get(self.sync.finish.remote("trainer"))
+            self.monitor.close()
+        return {"steps": completed}
+
+    def _publish(self, step: int) -> None:
+        start = time.perf_counter()
+        if self.config.synchronizer.sync_method == "checkpoint":
+            self.trainer.save_state_dict(self.job_dir, step)
+            weights = None
+        else:
+            weights = [ray.put(self.trainer.weights_for_sync())]
+        ray.get(self.sync.publish.remote(step, weights))
+        self.logger.info("published policy version %d in %.2fs", step, time.perf_counter() - start)
+
+
+def _brief(metrics: dict[str, float], limit: int = 8) -> str:
+    keys = [k for k in metrics if k.endswith("/mean") or "loss" in k][:limit]
+    return ", ".join(f"{k}={metrics[k]:.4g}" for k in keys)

@@ -1,0 +1,485 @@
+"""CPU rollout engine on transformers: batched sampling with a KV cache.
+
+One background worker thread owns the model. ``generate`` calls from any number of
+threads (or ``agenerate`` from event loops) put requests on a queue; the worker merges
+the requests that arrive within ``batch_window_s`` of each other (up to
+``max_batch_size`` sequences) into one decode batch, so concurrent workflow runners
+share forward passes. Weight updates (``load_state_dict``) take the same lock as a
+batch, so they land between batches, never in the middle of a decode.
+
+Decoding: prompts are left-padded (attention mask + explicit position ids), each
+distinct prompt is prefilled once and its KV cache repeated for its ``n`` samples, and
+finished sequences are dropped from the batch and the cache so they cost nothing.
+Logprobs follow the convention in :mod:`trinity.models.sampling`.
+
+    engine = TransformersEngine("SmolLM2-135M-Instruct")
+    prompt = engine.apply_chat_template([{"role": "user", "content": "2+3?"}])
+    [[sample]] = engine.generate([prompt], SamplingParams(max_tokens=32))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+
+from trinity.models.resolve import resolve_model_path
+from trinity.models.sampling import Sample, SamplingParams, sample_tokens
+
+logger = logging.getLogger(__name__)
+
+_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
+# logits kept at once by compute_logprobs: tokens x vocab floats, about 256 MB in float32
+_LOGPROB_BUDGET = 64 * 1024 * 1024
+
+
+class PromptTooLongError(ValueError):
+    """A prompt leaves no room for a response within ``max_model_len``."""
+
+
+@dataclass
+class _Request:
+    prompts: list[list[int]]
+    params: SamplingParams
+    future: Future
+
+
+@dataclass
+class _Entry:
+    """One prompt of one request inside a decode batch."""
+
+    prompt: list[int]
+    params: SamplingParams
+    generator: torch.Generator
+    request: int  # index of the request in the merged batch
+
+
+class TransformersEngine:
+    """Rollout engine: a causal LM from transformers, sampled on the CPU.
+
+    Args:
+        model_path: anything :func:`trinity.models.resolve.resolve_model_path` accepts.
+        dtype: weight and compute dtype, "bfloat16" (default; fast on CPUs with
+            AVX512-BF16/AMX), "float32" or "float16".
+        max_model_len: longest prompt + response; defaults to the model's
+            ``max_position_embeddings``.
+        seed: seeds the generator used by requests without their own seed.
+        num_threads: torch intra-op threads (process-wide); None leaves torch's default.
+        max_batch_size: most sequences merged into one decode batch.
+        batch_window_s: how long the worker waits for more requests before decoding.
+    """
+
+    def __init__(
+        self,
+        model_path: str,
+        dtype: str = "bfloat16",
+        max_model_len: int | None = None,
+        seed: int = 0,
+        num_threads: int | None = None,
+        max_batch_size: int = 64,
+        batch_window_s: float = 0.01,
+    ) -> None:
+        if dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
+        self.num_threads = num_threads
+        if num_threads is not None:
+            torch.set_num_threads(num_threads)
+        path = resolve_model_path(model_path)
+        self.model_path = str(path)
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=_DTYPES[dtype], attn_implementation="sdpa"
+        ).eval()
+        self.dtype = dtype
+        self.max_model_len = max_model_len or int(self.model.config.max_position_embeddings)
+        self.eos_token_ids = self._eos_token_ids()
+        self.pad_token_id = self._pad_token_id()
+        self.max_batch_size = max_batch_size
+        self.batch_window_s = batch_window_s
+        self.model_version = 0
+        self.num_batches = 0  # decode batches run so far
+        self._generator = torch.Generator().manual_seed(seed)
+        self._lock = threading.Lock()  # held for a whole batch, a weight swap, a scoring pass
+        self._queue: queue.Queue[_Request | None] = queue.Queue()
+        self._worker = threading.Thread(target=self._serve, name="rollout-engine", daemon=True)
+        self._worker.start()
+
+    # ---- public API -----------------------------------------------------------------
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.get_input_embeddings().num_embeddings)
+
+    def apply_chat_template(
+        self, messages: list[dict[str, Any]], add_generation_prompt: bool = True
+    ) -> list[int]:
+        """Token ids of ``messages`` rendered with the tokenizer's chat template."""
+        text = self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+        # the template already writes the special tokens it wants
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def submit(self, prompts: list[list[int]], params: SamplingParams) -> Future:
+        """Queue a request; the future resolves to ``n`` samples per prompt."""
+        self._check_prompts(prompts)
+        if not self._worker.is_alive():
+            raise RuntimeError("The engine is closed; create a new TransformersEngine.")
+        future: Future = Future()
+        self._queue.put(_Request([list(p) for p in prompts], params, future))
+        return future
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
+        """Sample ``params.n`` responses for each prompt (blocking, thread-safe).
+
+        Returns:
+            One list of ``params.n`` samples per prompt, in prompt order.
+        """
+        return self.submit(prompts, params).result()
+
+    async def agenerate(
+        self, prompts: list[list[int]], params: SamplingParams
+    ) -> list[list[Sample]]:
+        """Async :meth:`generate`: awaits the worker without blocking the event loop."""
+        return await asyncio.wrap_future(self.submit(prompts, params))
+
+    def compute_logprobs(
+        self, token_ids: list[list[int]], prompt_lengths: list[int], temperature: float = 1.0
+    ) -> list[list[float]]:
+        """Logprobs of each sequence's response tokens under the current weights.
+
+        Args:
+            token_ids: B sequences of prompt + response token ids (lengths L_i).
+            prompt_lengths: B prompt lengths P_i >= 1.
+            temperature: logits are divided by it (0 counts as 1, as in greedy sampling).
+
+        Returns:
+            B lists of L_i - P_i floats: log_softmax(logits / T) at each response token.
+        """
+        if len(token_ids) != len(prompt_lengths):
+            raise ValueError("token_ids and prompt_lengths must have the same length")
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        for seq, plen in zip(token_ids, prompt_lengths):
+            if not 1 <= plen <= len(seq):
+                raise ValueError(f"prompt length {plen} is outside [1, {len(seq)}]")
+        scale = temperature if temperature > 0 else 1.0
+        results: list[list[float]] = [[] for _ in token_ids]
+        order = sorted(range(len(token_ids)), key=lambda i: len(token_ids[i]))
+        with self._lock, torch.inference_mode():
+            for chunk in self._logprob_chunks(order, token_ids):
+                self._score_chunk(chunk, token_ids, prompt_lengths, scale, results)
+        return results
+
+    def load_state_dict(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+        """Swap in new weights between decode batches and set ``model_version``.
+
+        Keys missing from ``state_dict`` are allowed only for parameters tied to a key
+        that is present (e.g. ``lm_head.weight`` tied to the input embeddings).
+        """
+        with self._lock:
+            result = self.model.load_state_dict(state_dict, strict=False)
+            missing = set(result.missing_keys) - self._tied_aliases(state_dict)
+            if result.unexpected_keys or missing:
+                raise KeyError(
+                    f"state_dict does not match the model: missing {sorted(missing)}, "
+                    f"unexpected {sorted(result.unexpected_keys)}"
+                )
+            self.model_version = version
+
+    def close(self) -> None:
+        """Stop the worker after the queued requests are served."""
+        if self._worker.is_alive():
+            self._queue.put(None)
+            self._worker.join()
+
+    def __enter__(self) -> TransformersEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- batching worker ------------------------------------------------------------
+
+    def _serve(self) -> None:
+        if self.num_threads is not None:
+            torch.set_num_threads(self.num_threads)
+        carry: _Request | None = None
+        stopping = False
+        while not stopping:
+            first = carry if carry is not None else self._queue.get()
+            carry = None
+            if first is None:
+                break
+            batch, rows = [first], first.params.n * len(first.prompts)
+            deadline = time.monotonic() + self.batch_window_s
+            while rows < self.max_batch_size:
+                try:
+                    request = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    break
+                if request is None:
+                    stopping = True
+                    break
+                size = request.params.n * len(request.prompts)
+                if rows + size > self.max_batch_size:
+                    carry = request
+                    break
+                batch.append(request)
+                rows += size
+            self._run(batch)
+
+    def _run(self, requests: list[_Request]) -> None:
+        try:
+            with self._lock, torch.inference_mode():
+                samples = self._generate_batch(requests)
+        except Exception as error:
+            logger.exception("rollout batch of %d requests failed", len(requests))
+            for request in requests:
+                if not request.future.done():
+                    request.future.set_exception(error)
+            return
+        for request, result in zip(requests, samples):
+            if not request.future.done():  # a caller may have cancelled its future
+                request.future.set_result(result)
+
+    def _generate_batch(self, requests: list[_Request]) -> list[list[list[Sample]]]:
+        entries: list[_Entry] = []
+        for index, request in enumerate(requests):
+            seed = request.params.seed
+            generator = (
+                self._generator if seed is None else torch.Generator().manual_seed(seed)
+            )
+            entries += [_Entry(p, request.params, generator, index) for p in request.prompts]
+        results: list[list[list[Sample]]] = [[] for _ in requests]
+        for chunk in self._row_chunks(entries):
+            for entry, samples in zip(chunk, self._decode(chunk)):
+                results[entry.request].append(samples)
+        return results
+
+    def _row_chunks(self, entries: list[_Entry]) -> list[list[_Entry]]:
+        """Split entries into decode batches of at most max_batch_size sequences."""
+        chunks: list[list[_Entry]] = [[]]
+        rows = 0
+        for entry in entries:
+            if chunks[-1] and rows + entry.params.n > self.max_batch_size:
+                chunks.append([])
+                rows = 0
+            chunks[-1].append(entry)
+            rows += entry.params.n
+        return chunks
+
+    # ---- decoding -------------------------------------------------------------------
+
+    def _decode(self, entries: list[_Entry]) -> list[list[Sample]]:
+        """Decode one batch; returns ``n`` samples per entry."""
+        self.num_batches += 1
+        lengths = [len(e.prompt) for e in entries]
+        width = max(lengths)
+        input_ids = torch.full((len(entries), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(entries), width), dtype=torch.long)
+        for i, entry in enumerate(entries):
+            input_ids[i, width - lengths[i] :] = torch.tensor(entry.prompt)
+            mask[i, width - lengths[i] :] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=self.model.config)
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        logits = out.logits[:, -1].float()
+
+        # one row per sample: the prefill of each prompt is shared by its n samples
+        owner = [i for i, e in enumerate(entries) for _ in range(e.params.n)]
+        index = torch.tensor(owner)
+        if len(owner) > len(entries):
+            cache.batch_select_indices(index)
+            logits, mask = logits[index], mask[index]
+        next_pos = torch.tensor(lengths)[index]
+        params = [entries[i].params for i in owner]
+        generators = [entries[i].generator for i in owner]
+        stops = [self._stop_ids(p) for p in params]
+        budget = [
+            min(p.max_tokens or self.max_model_len, self.max_model_len - lengths[i])
+            for p, i in zip(params, owner)
+        ]
+        temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32)
+        top_k = torch.tensor([p.top_k for p in params], dtype=torch.long)
+        top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32)
+
+        tokens_out: list[list[int]] = [[] for _ in owner]
+        logprobs_out: list[list[float]] = [[] for _ in owner]
+        finish: list[str] = ["length"] * len(owner)
+        alive = list(range(len(owner)))  # row ids still decoding, in batch order
+        while True:
+            banned = self._banned(alive, params, stops, tokens_out, logits.size(-1))
+            tokens, logprobs = sample_tokens(
+                logits, temperature, top_k, top_p, _groups(alive, generators), banned
+            )
+            keep = []
+            for j, (row, token, logprob) in enumerate(
+                zip(alive, tokens.tolist(), logprobs.tolist())
+            ):
+                tokens_out[row].append(token)
+                logprobs_out[row].append(logprob)
+                if token in stops[row]:
+                    finish[row] = "stop"
+                elif len(tokens_out[row]) < budget[row]:
+                    keep.append(j)
+            if not keep:
+                break
+            if len(keep) < len(alive):
+                # drop finished rows so they stop costing compute
+                kept = torch.tensor(keep)
+                cache.batch_select_indices(kept)
+                mask, next_pos, tokens = mask[kept], next_pos[kept], tokens[kept]
+                temperature, top_k, top_p = temperature[kept], top_k[kept], top_p[kept]
+                alive = [alive[j] for j in keep]
+            mask = torch.cat([mask, mask.new_ones((len(alive), 1))], dim=1)
+            out = self.model(
+                input_ids=tokens[:, None],
+                attention_mask=mask,
+                position_ids=next_pos[:, None],
+                past_key_values=cache,
+                use_cache=True,
+            )
+            next_pos = next_pos + 1
+            logits = out.logits[:, -1].float()
+
+        samples = [
+            Sample(tokens_out[r], logprobs_out[r], finish[r])  # type: ignore[arg-type]
+            for r in range(len(owner))
+        ]
+        grouped: list[list[Sample]] = [[] for _ in entries]
+        for row, entry_index in enumerate(owner):
+            grouped[entry_index].append(samples[row])
+        return grouped
+
+    def _banned(
+        self,
+        alive: list[int],
+        params: list[SamplingParams],
+        stops: list[set[int]],
+        tokens_out: list[list[int]],
+        vocab: int,
+    ) -> torch.Tensor | None:
+        """(B, V) mask of stop tokens for rows still short of their min_tokens."""
+        banned = None
+        for j, row in enumerate(alive):
+            if len(tokens_out[row]) < params[row].min_tokens and stops[row]:
+                if banned is None:
+                    banned = torch.zeros((len(alive), vocab), dtype=torch.bool)
+                banned[j, list(stops[row])] = True
+        return banned
+
+    def _stop_ids(self, params: SamplingParams) -> set[int]:
+        stops = set(params.stop_token_ids)
+        if not params.ignore_eos:
+            stops |= self.eos_token_ids
+        return stops
+
+    # ---- scoring --------------------------------------------------------------------
+
+    def _logprob_chunks(self, order: list[int], token_ids: list[list[int]]) -> list[list[int]]:
+        """Group sequences (shortest first) so each chunk's logits fit the budget."""
+        chunks: list[list[int]] = []
+        for i in order:
+            width = len(token_ids[i])
+            if chunks and (len(chunks[-1]) + 1) * width * self.vocab_size <= _LOGPROB_BUDGET:
+                chunks[-1].append(i)
+            else:
+                chunks.append([i])
+        return chunks
+
+    def _score_chunk(
+        self,
+        chunk: list[int],
+        token_ids: list[list[int]],
+        prompt_lengths: list[int],
+        scale: float,
+        results: list[list[float]],
+    ) -> None:
+        width = max(len(token_ids[i]) for i in chunk)
+        first = min(prompt_lengths[i] for i in chunk) - 1  # earliest position whose logits count
+        input_ids = torch.full((len(chunk), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(chunk), width), dtype=torch.long)
+        for row, i in enumerate(chunk):
+            input_ids[row, : len(token_ids[i])] = torch.tensor(token_ids[i])
+            mask[row, : len(token_ids[i])] = 1
+        # right padding: real tokens never attend to the padding that follows them
+        logits = self.model(
+            input_ids=input_ids, attention_mask=mask, logits_to_keep=width - first
+        ).logits
+        for row, i in enumerate(chunk):
+            start, end = prompt_lengths[i] - 1, len(token_ids[i]) - 1
+            row_logits = logits[row, start - first : end - first].float() / scale
+            targets = input_ids[row, start + 1 : end + 1]
+            logprobs = row_logits.log_softmax(-1).gather(1, targets[:, None]).squeeze(-1)
+            results[i] = logprobs.tolist()
+
+    # ---- helpers --------------------------------------------------------------------
+
+    def _check_prompts(self, prompts: list[list[int]]) -> None:
+        if not prompts:
+            raise ValueError("generate needs at least one prompt")
+        vocab = self.vocab_size
+        for prompt in prompts:
+            if not prompt:
+                raise ValueError("prompts must be non-empty token id lists")
+            if len(prompt) >= self.max_model_len:
+                raise PromptTooLongError(
+                    f"prompt has {len(prompt)} tokens, but max_model_len is {self.max_model_len}; "
+                    "shorten it, raise model.max_model_len, or set "
+                    "model.enable_prompt_truncation"
+                )
+            if min(prompt) < 0 or max(prompt) >= vocab:
+                raise ValueError(f"prompt token ids must be in [0, {vocab})")
+
+    def _eos_token_ids(self) -> set[int]:
+        ids: set[int] = set()
+        configured = self.model.generation_config.eos_token_id
+        if configured is not None:
+            ids |= set(configured) if isinstance(configured, list) else {int(configured)}
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(int(self.tokenizer.eos_token_id))
+        return ids
+
+    def _pad_token_id(self) -> int:
+        for candidate in (self.tokenizer.pad_token_id, self.tokenizer.eos_token_id):
+            if candidate is not None:
+                return int(candidate)
+        return 0  # pad positions are masked out, any valid id will do
+
+    def _tied_aliases(self, state_dict: dict[str, torch.Tensor]) -> set[str]:
+        """Parameter names that share storage with a parameter named in state_dict."""
+        by_tensor: dict[int, set[str]] = {}
+        for name, param in self.model.named_parameters(remove_duplicate=False):
+            by_tensor.setdefault(id(param), set()).add(name)
+        aliases: set[str] = set()
+        for names in by_tensor.values():
+            if names & state_dict.keys():
+                aliases |= names
+        return aliases
+
+
+def _groups(
+    alive: list[int], generators: list[torch.Generator]
+) -> list[tuple[torch.Tensor, torch.Generator]]:
+    """Batch positions that share a generator, so each request samples from its own."""
+    by_generator: dict[int, tuple[list[int], torch.Generator]] = {}
+    for j, row in enumerate(alive):
+        generator = generators[row]
+        by_generator.setdefault(id(generator), ([], generator))[0].append(j)
+    return [(torch.tensor(rows), generator) for rows, generator in by_generator.values()]

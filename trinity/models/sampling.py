@@ -1,0 +1,127 @@
+"""Sampling parameters and the per-step token sampler of the rollout engine.
+
+Logprob convention: the logprob returned for a sampled token is
+``log_softmax(logits / T)[token]`` over the *whole* vocabulary, with ``T`` the request's
+temperature (``T = 1`` for greedy decoding, ``temperature == 0``). It ignores top-k /
+top-p truncation and ``min_tokens`` masking, so it is exactly what a trainer recomputes
+from a forward pass after dividing the logits by the same temperature.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass
+class SamplingParams:
+    """How to sample the responses of one request."""
+
+    n: int = 1  # samples per prompt
+    temperature: float = 1.0  # 0 means greedy decoding
+    top_p: float = 1.0  # nucleus sampling mass, 1.0 disables it
+    top_k: int = -1  # keep the k most likely tokens, -1 (or 0) disables it
+    max_tokens: int | None = None  # None: up to the engine's max_model_len
+    min_tokens: int = 0  # stop and eos tokens are masked out before this many tokens
+    stop_token_ids: list[int] = field(default_factory=list)  # extra ids that end a sample
+    ignore_eos: bool = False  # keep going past the eos token (until max_tokens)
+    seed: int | None = None  # per-request generator; None uses the engine's generator
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"SamplingParams.n must be >= 1, got {self.n}")
+        if self.temperature < 0:
+            raise ValueError(f"SamplingParams.temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(f"SamplingParams.max_tokens must be >= 1, got {self.max_tokens}")
+        if self.min_tokens < 0:
+            raise ValueError(f"SamplingParams.min_tokens must be >= 0, got {self.min_tokens}")
+        if self.max_tokens is not None and self.min_tokens > self.max_tokens:
+            raise ValueError(
+                f"SamplingParams.min_tokens ({self.min_tokens}) must not exceed "
+                f"max_tokens ({self.max_tokens})"
+            )
+
+
+@dataclass
+class Sample:
+    """One sampled response (the prompt is not repeated here)."""
+
+    token_ids: list[int]  # (R,) response tokens, including the stop/eos token if any
+    logprobs: list[float]  # (R,) log_softmax(logits / T) at each sampled token
+    finish_reason: FinishReason
+
+
+def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Set logits outside each row's top-k / top-p set to -inf.
+
+    Args:
+        logits: (B, V) float logits, already divided by the temperature.
+        top_k: (B,) int, <= 0 disables top-k for that row.
+        top_p: (B,) float in (0, 1], 1 disables top-p for that row.
+
+    Returns:
+        (B, V) filtered logits; the most likely token of each row is always kept.
+    """
+    use_k = top_k > 0
+    use_p = top_p < 1
+    if not bool(use_k.any()) and not bool(use_p.any()):
+        return logits
+    vocab = logits.size(-1)
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    ranks = torch.arange(vocab, device=logits.device)
+    k = torch.where(use_k, top_k, torch.full_like(top_k, vocab))
+    remove = ranks[None, :] >= k[:, None]
+    if bool(use_p.any()):
+        probs = sorted_logits.masked_fill(remove, float("-inf")).softmax(dim=-1)
+        # mass strictly before each token; the first token (0 before it) always stays
+        mass_before = probs.cumsum(dim=-1) - probs
+        remove |= mass_before >= top_p[:, None]
+    sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
+    return torch.empty_like(logits).scatter_(1, order, sorted_logits)
+
+
+def sample_tokens(
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    generators: list[tuple[torch.Tensor, torch.Generator]],
+    banned: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one token per row.
+
+    Args:
+        logits: (B, V) float32 raw next-token logits.
+        temperature: (B,) float; 0 means greedy for that row.
+        top_k: (B,) int, <= 0 disables it.
+        top_p: (B,) float in (0, 1].
+        generators: (rows, generator) pairs covering every row; rows is a (G,) index tensor.
+        banned: optional (B, V) bool, True for tokens that may not be sampled (applied
+            before top-k / top-p so those keep their meaning among the allowed tokens).
+
+    Returns:
+        tokens (B,) int64 and their logprobs (B,) float32 under log_softmax(logits / T),
+        with T = 1 for greedy rows (see the module docstring).
+    """
+    greedy = temperature <= 0
+    scale = torch.where(greedy, torch.ones_like(temperature), temperature)
+    scaled = logits / scale[:, None]
+    logprobs = scaled.log_softmax(dim=-1)
+    allowed = scaled if banned is None else scaled.masked_fill(banned, float("-inf"))
+    tokens = allowed.argmax(dim=-1)
+    if not bool(greedy.all()):
+        filtered = filter_logits(allowed, top_k, top_p)
+        for rows, generator in generators:
+            rows = rows[~greedy[rows]]
+            if rows.numel() == 0:
+                continue
+            probs = filtered[rows].softmax(dim=-1)
+            tokens[rows] = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return tokens, logprobs.gather(1, tokens[:, None]).squeeze(-1)

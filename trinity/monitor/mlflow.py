@@ -1,0 +1,73 @@
+"""MLflow monitor (``pip install mlflow``; imported only when selected).
+
+Runs ``<name>_explorer`` and ``<name>_trainer`` are created in the experiment named
+``<project>``. ``monitor_args``: ``uri`` (else MLFLOW_TRACKING_URI, else
+``http://localhost:5000``); ``username`` and ``password`` override
+MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD. The config is stored as the
+artifact ``config.json``. Characters MLflow rejects in metric names (such as ``@`` in
+``mean@4``) become ``_``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from trinity.monitor.base import Monitor, RunInfo
+from trinity.monitor.registry import MONITORS
+
+DEFAULT_URI = "http://localhost:5000"
+BATCH_LIMIT = 1000  # metrics per log_batch request accepted by the tracking server
+_INVALID_KEY_CHARS = re.compile(r"[^\w\-. /:]")
+
+
+def mlflow_key(key: str) -> str:
+    return _INVALID_KEY_CHARS.sub("_", key)
+
+
+@MONITORS.register("mlflow")
+class MlflowMonitor(Monitor):
+    def __init__(self, run: RunInfo, monitor_args: Mapping[str, Any]) -> None:
+        try:
+            from mlflow.entities import Metric
+            from mlflow.tracking import MlflowClient
+        except ImportError as exc:
+            raise ImportError(
+                "monitor.monitor_type 'mlflow' needs the mlflow package: run `pip install mlflow`, "
+                "or choose monitor.monitor_type: tensorboard"
+            ) from exc
+        # MLflow reads credentials only from the environment.
+        for arg, env in (
+            ("username", "MLFLOW_TRACKING_USERNAME"),
+            ("password", "MLFLOW_TRACKING_PASSWORD"),
+        ):
+            if monitor_args.get(arg):
+                os.environ[env] = str(monitor_args[arg])
+        uri = monitor_args.get("uri") or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
+        self._metric = Metric
+        self.client = MlflowClient(tracking_uri=str(uri))
+        experiment = self.client.get_experiment_by_name(run.project)
+        experiment_id = (
+            experiment.experiment_id if experiment else self.client.create_experiment(run.project)
+        )
+        created = self.client.create_run(
+            experiment_id, run_name=run.run_name, tags={"trinity.role": run.role}
+        )
+        self.run_id = created.info.run_id
+        if run.config_dict:
+            self.client.log_dict(self.run_id, dict(run.config_dict), "config.json")
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        timestamp = int(time.time() * 1000)
+        batch = [
+            self._metric(key=mlflow_key(key), value=value, timestamp=timestamp, step=int(step))
+            for key, value in metrics.items()
+        ]
+        for start in range(0, len(batch), BATCH_LIMIT):
+            self.client.log_batch(self.run_id, metrics=batch[start : start + BATCH_LIMIT])
+
+    def close(self) -> None:
+        self.client.set_terminated(self.run_id)

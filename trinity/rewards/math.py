@@ -1,0 +1,52 @@
+"""Reward functions for tasks with a mathematical answer.
+
+``math_reward`` checks the response's final answer against the task's reference answer
+with math-verify, which understands numbers, fractions, LaTeX and ``\\boxed{}``. A
+GSM8K-style reference ("...reasoning... #### 72") is reduced to what follows ``####``.
+
+    >>> math_reward("13 + 14 = 27.", "27")
+    {'accuracy': 1.0}
+"""
+
+from __future__ import annotations
+
+import re
+
+from trinity.rewards.registry import REWARD_FNS
+
+_GSM8K_ANSWER = re.compile(r"####\s*(.+?)\s*$", re.DOTALL)
+_THINK_ANSWER = re.compile(r"^\s*<think>.*?</think>\s*<answer>.*?</answer>\s*$", re.DOTALL)
+
+
+def reference_answer(truth: object) -> str:
+    """The final answer inside a reference solution (GSM8K's ``#### x`` or the whole text)."""
+    text = str(truth)
+    match = _GSM8K_ANSWER.search(text)
+    return (match.group(1) if match else text).replace(",", "").strip()
+
+
+def answers_match(response: str, truth: object) -> bool:
+    """True when the last answer stated in ``response`` equals the reference answer."""
+    from math_verify import parse, verify  # heavy import, only when rewards are computed
+
+    gold = parse(reference_answer(truth))
+    predicted = parse(response.replace(",", ""))
+    if not gold or not predicted:
+        return False
+    try:
+        return bool(verify(gold, predicted))
+    except Exception:  # math-verify raises on exotic expressions; that answer is simply wrong
+        return False
+
+
+@REWARD_FNS.register("math_reward")
+def math_reward(response: str, truth: object) -> dict[str, float]:
+    """1.0 when the response's final answer equals the reference, else 0.0."""
+    return {"accuracy": float(answers_match(response, truth))}
+
+
+@REWARD_FNS.register("math_format_reward")
+def math_format_reward(response: str, truth: object) -> dict[str, float]:
+    """Accuracy plus a format bonus for ``<think>...</think><answer>...</answer>``."""
+    fmt = 0.1 if _THINK_ANSWER.match(response) else -0.1
+    return {"accuracy": float(answers_match(response, truth)), "format": fmt}

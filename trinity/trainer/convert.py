@@ -1,0 +1,82 @@
+"""``trinity convert``: trainer checkpoints -> Hugging Face model directories.
+
+For every ``global_step_N/actor`` found, the rank files are merged into one state dict
+and saved as ``actor/huggingface/model.safetensors`` beside the config and tokenizer the
+trainer wrote there (or those of ``--base-model-dir``). Steps that already hold a
+``model.safetensors`` are skipped, so the command can be re-run safely.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+_STEP = re.compile(r"^global_step_\d+$")
+
+
+class ConvertError(RuntimeError):
+    """A checkpoint could not be converted."""
+
+
+def find_step_dirs(path: str | Path) -> list[Path]:
+    """The ``global_step_*`` dirs meant by ``path``: itself, an ancestor, or all below it."""
+    path = Path(path).resolve()
+    if not path.exists():
+        raise ConvertError(f"checkpoint dir '{path}' does not exist")
+    for candidate in (path, *path.parents):
+        if _STEP.match(candidate.name):
+            return [candidate]
+    found = sorted(
+        (p for p in path.rglob("global_step_*") if p.is_dir() and _STEP.match(p.name)),
+        key=lambda p: (str(p.parent), int(p.name.rsplit("_", 1)[1])),
+    )
+    if not found:
+        raise ConvertError(f"no global_step_<N> directories under '{path}'")
+    return found
+
+
+def convert(checkpoint_dir: str | Path, base_model_dir: str | Path | None = None) -> list[tuple[Path, str]]:
+    """Convert every checkpoint under ``checkpoint_dir``; returns (hf_dir, status) pairs."""
+    results = []
+    for step_dir in find_step_dirs(checkpoint_dir):
+        actor = step_dir / "actor"
+        if not actor.is_dir():
+            raise ConvertError(f"'{step_dir}' has no actor/ directory")
+        results.append((actor / "huggingface", convert_actor(actor, base_model_dir)))
+    return results
+
+
+def convert_actor(actor_dir: Path, base_model_dir: str | Path | None = None) -> str:
+    """Write ``actor_dir/huggingface``; returns "converted" or "skipped"."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from trinity.common.models.utils import load_fsdp_state_dict_from_verl_checkpoint
+
+    hf_dir = actor_dir / "huggingface"
+    if (hf_dir / "model.safetensors").exists() or (hf_dir / "model.safetensors.index.json").exists():
+        return "skipped"
+    config_dir = hf_dir if (hf_dir / "config.json").exists() else None
+    if config_dir is None:
+        if base_model_dir is None:
+            raise ConvertError(
+                f"'{hf_dir}' has no config.json; pass --base-model-dir with the base model's directory"
+            )
+        config_dir = Path(base_model_dir)
+    state_dict = load_fsdp_state_dict_from_verl_checkpoint(str(actor_dir))
+    config = AutoConfig.from_pretrained(config_dir)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    model.load_state_dict(state_dict, assign=True, strict=False)
+    model.tie_weights()
+    tmp = hf_dir.with_name(".huggingface.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    if hf_dir.exists():
+        shutil.copytree(hf_dir, tmp)
+    model.save_pretrained(tmp)
+    if not (tmp / "tokenizer_config.json").exists():
+        AutoTokenizer.from_pretrained(config_dir).save_pretrained(tmp)
+    shutil.rmtree(hf_dir, ignore_errors=True)
+    tmp.rename(hf_dir)
+    return "converted"

@@ -1,0 +1,62 @@
+"""Optimizer and learning-rate schedule of the actor (and critic).
+
+The schedule is a multiplier on the base LR: a linear warm-up over
+``lr_warmup_steps`` (or ``lr_warmup_steps_ratio * total_steps`` when steps is negative),
+then either constant or a cosine decay down to ``min_lr_ratio * lr``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import torch
+
+
+def warmup_steps(lr_warmup_steps: int, lr_warmup_steps_ratio: float, total_steps: int) -> int:
+    if lr_warmup_steps is not None and lr_warmup_steps >= 0:
+        return int(lr_warmup_steps)
+    return int(max(0.0, lr_warmup_steps_ratio or 0.0) * max(total_steps, 0))
+
+
+def lr_multiplier(
+    step: int, *, warmup: int, total_steps: int, style: str, min_lr_ratio: float
+) -> float:
+    """LR factor for optimizer step ``step`` (0-based)."""
+    if warmup > 0 and step < warmup:
+        return (step + 1) / warmup
+    if style == "constant":
+        return 1.0
+    if style != "cosine":
+        raise ValueError(f"unknown warmup_style '{style}' (valid: constant, cosine)")
+    decay_steps = max(total_steps - warmup, 1)
+    progress = min(max(step - warmup, 0) / decay_steps, 1.0)
+    cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
+    return min_lr_ratio + (1.0 - min_lr_ratio) * cosine
+
+
+def build_optimizer(
+    params: Iterable[torch.nn.Parameter],
+    *,
+    lr: float,
+    weight_decay: float,
+    betas: tuple[float, float],
+    total_steps: int,
+    lr_warmup_steps: int = -1,
+    lr_warmup_steps_ratio: float = 0.0,
+    warmup_style: str = "constant",
+    min_lr_ratio: float = 0.0,
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    optimizer = torch.optim.AdamW(
+        [p for p in params if p.requires_grad], lr=lr, weight_decay=weight_decay, betas=betas
+    )
+    warmup = warmup_steps(lr_warmup_steps, lr_warmup_steps_ratio, total_steps)
+    style = warmup_style or "constant"
+    min_ratio = min_lr_ratio or 0.0
+
+    def factor(step: int) -> float:
+        return lr_multiplier(
+            step, warmup=warmup, total_steps=total_steps, style=style, min_lr_ratio=min_ratio
+        )
+
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
