@@ -1,0 +1,347 @@
+"""Checks of a resolved config: types, ranges and combinations that cannot work.
+
+``validate`` only reads: it never creates files, never contacts a cluster and never
+changes a value. The first problem found is raised as a ``ConfigError`` naming the full
+key path and what would be valid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from trinity.config.algorithm_defaults import ALGORITHM_DEFAULTS, NONE, PART_NAMES, defaults_for
+from trinity.config.convert import build, to_plain
+from trinity.config.errors import ConfigError, closest
+from trinity.config.schema import LOG_LEVELS, Config, InferenceModelConfig, OptimizerConfig, StorageConfig
+
+
+def validate(cfg: Config) -> None:
+    """Raise ``ConfigError`` for the first impossible setting of ``cfg`` (a resolved config)."""
+    build(Config, to_plain(cfg))  # every key and value still fits the schema
+    for check in _CHECKS:
+        check(cfg)
+
+
+def _at_least(path: str, value: float | None, low: float, what: str = "") -> None:
+    if value is not None and value < low:
+        raise ConfigError(path, f"must be >= {low:g}{what}", value=value, valid=f"a value >= {low:g}")
+
+
+def _positive(path: str, value: float | None) -> None:
+    if value is not None and value <= 0:
+        raise ConfigError(path, "must be > 0", value=value, valid="a value > 0")
+
+
+def _fraction(path: str, value: float | None, *, open_low: bool = False) -> None:
+    if value is None:
+        return
+    low_ok = value > 0 if open_low else value >= 0
+    if not (low_ok and value <= 1):
+        interval = "(0, 1]" if open_low else "[0, 1]"
+        raise ConfigError(path, f"must lie in {interval}", value=value, valid=f"a number in {interval}")
+
+
+def _required(path: str, value: str | None, what: str) -> None:
+    if not value:
+        raise ConfigError(path, f"is required: {what}", value=value, valid="a non-empty string")
+
+
+def _check_global(cfg: Config) -> None:
+    _required("project", cfg.project, "the project name")
+    _required("name", cfg.name, "the experiment name")
+    _required("checkpoint_root_dir", cfg.checkpoint_root_dir, "where checkpoints and logs go")
+    if cfg.log.level.upper() not in LOG_LEVELS:
+        raise ConfigError(
+            "log.level",
+            "unknown log level",
+            value=cfg.log.level,
+            valid="valid: " + ", ".join(LOG_LEVELS) + " (any case)",
+            suggestion=closest(cfg.log.level.upper(), LOG_LEVELS),
+        )
+    _at_least("cluster.node_num", cfg.cluster.node_num, 1)
+    _at_least("cluster.gpu_per_node", cfg.cluster.gpu_per_node, 0)
+
+
+def _check_algorithm(cfg: Config) -> None:
+    algo = cfg.algorithm
+    table = defaults_for(algo.algorithm_type)
+    _at_least("algorithm.repeat_times", algo.repeat_times, 1)
+    if table.needs_group and algo.repeat_times <= 1:
+        raise ConfigError(
+            "algorithm.repeat_times",
+            f"{algo.algorithm_type} needs repeat_times > 1",
+            value=algo.repeat_times,
+            valid="an integer > 1 (rollouts per task compared within a group)",
+        )
+    if algo.algorithm_type == "mix" and not cfg.buffer.trainer_input.auxiliary_buffers:
+        raise ConfigError(
+            "buffer.trainer_input.auxiliary_buffers",
+            "mix needs an expert dataset",
+            value={},
+            valid="a buffer such as auxiliary_buffers.sft_dataset",
+        )
+    _check_optimizer("algorithm.optimizer", algo.optimizer)
+    _check_part_names(cfg)
+
+
+def _check_optimizer(path: str, opt: OptimizerConfig) -> None:
+    _positive(f"{path}.lr", opt.lr)
+    _fraction(f"{path}.lr_warmup_steps_ratio", opt.lr_warmup_steps_ratio)
+    _fraction(f"{path}.min_lr_ratio", opt.min_lr_ratio)
+    _at_least(f"{path}.weight_decay", opt.weight_decay, 0)
+    _at_least(f"{path}.lr_warmup_steps", opt.lr_warmup_steps, -1, " (-1: use lr_warmup_steps_ratio)")
+    if len(opt.betas) != 2 or not all(0 <= b < 1 for b in opt.betas):
+        raise ConfigError(f"{path}.betas", "must be two numbers in [0, 1)", value=opt.betas, valid="e.g. [0.9, 0.999]")
+
+
+def _check_part_names(cfg: Config) -> None:
+    """Part names must be registered, once the algorithm package has registered its parts."""
+    try:
+        import trinity.algorithm  # noqa: F401  (importing it registers the parts)
+        from trinity.algorithm import registries
+    except ImportError:
+        return
+    by_part = {
+        "advantage_fn": registries.ADVANTAGE_FN,
+        "policy_loss_fn": registries.POLICY_LOSS_FN,
+        "kl_penalty_fn": registries.KL_FN,
+        "kl_loss_fn": registries.KL_FN,
+        "entropy_loss_fn": registries.ENTROPY_LOSS_FN,
+        "sample_strategy": registries.SAMPLE_STRATEGY,
+    }
+    for part in PART_NAMES:
+        name, registry = getattr(cfg.algorithm, part), by_part[part]
+        if name is None or name == NONE or name in registry or not registry.names():
+            continue
+        if "." in name:  # a dotted import path naming user code
+            try:
+                registry.get(name)
+                continue
+            except KeyError as exc:
+                raise ConfigError(f"algorithm.{part}", f"cannot import {name}", value=name, valid="a registered name or an importable dotted path") from exc
+        raise ConfigError(
+            f"algorithm.{part}",
+            f"unknown {registry.kind}",
+            value=name,
+            valid="registered: " + ", ".join([NONE, *registry.names()]),
+            suggestion=closest(name, registry.names()),
+        )
+
+
+def _check_model(cfg: Config) -> None:
+    model = cfg.model
+    _required("model.model_path", model.model_path, "the model to train")
+    _positive("model.max_model_len", model.max_model_len)
+    _positive("model.max_prompt_tokens", model.max_prompt_tokens)
+    _positive("model.max_response_tokens", model.max_response_tokens)
+    _at_least("model.min_response_tokens", model.min_response_tokens, 0)
+    limit, prompt, response = model.max_model_len, model.max_prompt_tokens, model.max_response_tokens
+    if limit is not None and response is not None and response > limit:
+        raise ConfigError(
+            "model.max_response_tokens", f"exceeds model.max_model_len ({limit})", value=response, valid=f"at most {limit}"
+        )
+    if limit is not None and prompt is not None and response is not None and prompt + response > limit:
+        raise ConfigError(
+            "model.max_prompt_tokens",
+            f"max_prompt_tokens + max_response_tokens ({prompt} + {response}) exceeds model.max_model_len ({limit})",
+            value=prompt,
+            valid=f"at most {limit - response}, or a larger max_model_len",
+        )
+    if response is not None and model.min_response_tokens >= response:
+        raise ConfigError(
+            "model.min_response_tokens",
+            f"must be below model.max_response_tokens ({response})",
+            value=model.min_response_tokens,
+            valid=f"an integer < {response}",
+        )
+    _check_sampling("model", model.temperature, model.top_p)
+
+
+def _check_sampling(path: str, temperature: float | None, top_p: float | None) -> None:
+    _at_least(f"{path}.temperature", temperature, 0)
+    _fraction(f"{path}.top_p", top_p, open_low=True)
+
+
+def _check_buffer(cfg: Config) -> None:
+    buffer, ei, ti = cfg.buffer, cfg.buffer.explorer_input, cfg.buffer.trainer_input
+    _positive("buffer.batch_size", buffer.batch_size)
+    _positive("buffer.train_batch_size", buffer.train_batch_size)
+    _at_least("buffer.total_epochs", buffer.total_epochs, 1)
+    _at_least("buffer.total_steps", buffer.total_steps, 1)
+    if cfg.mode in ("both", "explore") and not ei.tasksets:
+        raise ConfigError(
+            "buffer.explorer_input.taskset",
+            f"mode {cfg.mode} needs a taskset to explore",
+            value=None,
+            valid="a taskset (or tasksets list) with name, storage_type and path",
+        )
+    if cfg.mode == "bench" and not ei.eval_tasksets:
+        raise ConfigError(
+            "buffer.explorer_input.eval_tasksets", "mode bench needs eval tasksets", value=[], valid="a list of tasksets"
+        )
+    if cfg.mode in ("both", "train", "explore"):
+        if ti.experience_buffer is None or not ti.experience_buffer.name:
+            raise ConfigError(
+                "buffer.trainer_input.experience_buffer.name",
+                f"is required in mode {cfg.mode}: the experience buffer needs a name",
+                value=None if ti.experience_buffer is None else ti.experience_buffer.name,
+                valid="a unique non-empty name",
+            )
+    storages: list[tuple[str, StorageConfig]] = [
+        *((f"buffer.explorer_input.tasksets[{i}]", t) for i, t in enumerate(ei.tasksets)),
+        *((f"buffer.explorer_input.eval_tasksets[{i}]", t) for i, t in enumerate(ei.eval_tasksets)),
+        *((f"buffer.trainer_input.auxiliary_buffers.{k}", b) for k, b in ti.auxiliary_buffers.items()),
+    ]
+    if ti.experience_buffer is not None:
+        storages.append(("buffer.trainer_input.experience_buffer", ti.experience_buffer))
+    seen: dict[str, str] = {}
+    for path, storage in storages:
+        _check_storage(path, storage)
+        if storage.name in seen:
+            raise ConfigError(
+                f"{path}.name",
+                f"is already used by {seen[storage.name]}",
+                value=storage.name,
+                valid="a name unique among tasksets and buffers (it names a Ray actor)",
+            )
+        seen[storage.name] = path
+
+
+def _check_storage(path: str, storage: StorageConfig) -> None:
+    _required(f"{path}.name", storage.name, "every taskset and buffer needs a unique name")
+    if storage.storage_type in ("file", "sql") and not storage.path:
+        raise ConfigError(
+            f"{path}.path",
+            f"is required for storage_type {storage.storage_type}",
+            value=storage.path,
+            valid="a data directory, file or hub id (file) or a SQLAlchemy URL (sql)",
+        )
+    _at_least(f"{path}.repeat_times", storage.repeat_times, 1)
+    _positive(f"{path}.max_read_timeout", storage.max_read_timeout)
+    _positive(f"{path}.capacity", storage.capacity)
+    _at_least(f"{path}.reuse_cooldown_time", storage.reuse_cooldown_time, 0)
+    args = storage.rollout_args
+    _check_sampling(f"{path}.rollout_args", args.temperature, args.top_p)
+    _positive(f"{path}.rollout_args.max_tokens", args.max_tokens)
+
+
+def _check_explorer(cfg: Config) -> None:
+    explorer = cfg.explorer
+    _at_least("explorer.runner_per_model", explorer.runner_per_model, 1)
+    _positive("explorer.max_timeout", explorer.max_timeout)
+    _at_least("explorer.max_retry_times", explorer.max_retry_times, 0)
+    _at_least("explorer.eval_interval", explorer.eval_interval, 1)
+    engines = [("explorer.rollout_model", explorer.rollout_model)]
+    engines += [(f"explorer.auxiliary_models[{i}]", m) for i, m in enumerate(explorer.auxiliary_models)]
+    for path, engine in engines:
+        _check_engine(path, engine)
+    _check_gpus(cfg)
+
+
+def _check_engine(path: str, engine: InferenceModelConfig) -> None:
+    _required(f"{path}.model_path", engine.model_path, "the weights to serve")
+    _at_least(f"{path}.engine_num", engine.engine_num, 1)
+    _at_least(f"{path}.tensor_parallel_size", engine.tensor_parallel_size, 1)
+    _fraction(f"{path}.gpu_memory_utilization", engine.gpu_memory_utilization, open_low=True)
+    limit, response = engine.max_model_len, engine.max_response_tokens
+    if limit is not None and response is not None and response > limit:
+        raise ConfigError(
+            f"{path}.max_response_tokens", f"exceeds {path}.max_model_len ({limit})", value=response, valid=f"at most {limit}"
+        )
+
+
+def _check_gpus(cfg: Config) -> None:
+    """Explorer engines get engine_num * tensor_parallel_size GPUs each; the trainer the rest."""
+    total = cfg.cluster.node_num * cfg.cluster.gpu_per_node
+    if total == 0 or cfg.mode == "train":
+        return
+    engines = [cfg.explorer.rollout_model, *cfg.explorer.auxiliary_models]
+    explorer_gpus = sum(e.engine_num * e.tensor_parallel_size for e in engines)
+    budget = total - 1 if cfg.mode == "both" else total  # mode both keeps >= 1 GPU for the trainer
+    if explorer_gpus > budget:
+        raise ConfigError(
+            "explorer.rollout_model.engine_num",
+            f"rollout and auxiliary engines need {explorer_gpus} GPUs but the cluster has {total}"
+            + (" and the trainer needs at least one" if cfg.mode == "both" else ""),
+            value=cfg.explorer.rollout_model.engine_num,
+            valid=f"sum of engine_num * tensor_parallel_size <= {budget}",
+        )
+
+
+def _check_synchronizer(cfg: Config) -> None:
+    sync = cfg.synchronizer
+    _at_least("synchronizer.sync_interval", sync.sync_interval, 1)
+    _at_least("synchronizer.sync_offset", sync.sync_offset, 0)
+    _positive("synchronizer.sync_timeout", sync.sync_timeout)
+
+
+def _check_trainer(cfg: Config) -> None:
+    trainer = cfg.trainer
+    if trainer.trainer_config is not None and trainer.trainer_config_path:
+        raise ConfigError(
+            "trainer.trainer_config_path",
+            "is set together with trainer.trainer_config",
+            value=trainer.trainer_config_path,
+            valid="set only one of trainer.trainer_config and trainer.trainer_config_path",
+        )
+    _at_least("trainer.save_interval", trainer.save_interval, 0, " (0: save only at the end)")
+    _at_least("trainer.total_steps", trainer.total_steps, 1)
+    _positive("trainer.grad_clip", trainer.grad_clip)
+    _at_least("trainer.max_token_len_per_gpu", trainer.max_token_len_per_gpu, 1)
+    _at_least("trainer.ulysses_sequence_parallel_size", trainer.ulysses_sequence_parallel_size, 1)
+    tc = trainer.trainer_config
+    if tc is None:
+        return
+    prefix = "trainer.trainer_config"
+    actor = tc.actor_rollout_ref.actor
+    _at_least(f"{prefix}.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", actor.ppo_micro_batch_size_per_gpu, 1)
+    _at_least(f"{prefix}.actor_rollout_ref.actor.ppo_epochs", actor.ppo_epochs, 1)
+    _at_least(f"{prefix}.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", tc.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu, 1)
+    _at_least(f"{prefix}.critic.ppo_micro_batch_size_per_gpu", tc.critic.ppo_micro_batch_size_per_gpu, 1)
+    _positive(f"{prefix}.critic.grad_clip", tc.critic.grad_clip)
+    _check_optimizer(f"{prefix}.critic.optim", tc.critic.optim)
+    loop = tc.trainer
+    if loop.resume_mode == "resume_path" and not loop.resume_from_path:
+        raise ConfigError(
+            f"{prefix}.trainer.resume_from_path",
+            "is required when resume_mode is resume_path",
+            value=loop.resume_from_path,
+            valid="a checkpoint directory",
+        )
+
+
+def _check_data_processor(cfg: Config) -> None:
+    dp = cfg.data_processor
+    operators = [("data_processor.experience_pipeline.operators", dp.experience_pipeline.operators)]
+    if dp.task_pipeline is not None:
+        _at_least("data_processor.task_pipeline.num_process", dp.task_pipeline.num_process, 1)
+        operators.append(("data_processor.task_pipeline.operators", dp.task_pipeline.operators))
+    for path, ops in operators:
+        for i, op in enumerate(ops):
+            _required(f"{path}[{i}].name", op.name, "the registered operator name")
+
+
+def _check_stages(cfg: Config) -> None:
+    seen: set[str] = set()
+    for i, stage in enumerate(cfg.stages):
+        _required(f"stages[{i}].stage_name", stage.stage_name, "each stage needs a unique name")
+        if stage.stage_name in seen:
+            raise ConfigError(
+                f"stages[{i}].stage_name", "is used by an earlier stage", value=stage.stage_name, valid="a unique stage name"
+            )
+        seen.add(stage.stage_name)
+
+
+_CHECKS: tuple[Callable[[Config], None], ...] = (
+    _check_global,
+    _check_algorithm,
+    _check_model,
+    _check_buffer,
+    _check_explorer,
+    _check_synchronizer,
+    _check_trainer,
+    _check_data_processor,
+    _check_stages,
+)
+
+__all__ = ["ALGORITHM_DEFAULTS", "validate"]
