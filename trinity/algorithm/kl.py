@@ -17,6 +17,7 @@ estimators of KL(pi || pi_ref) (Schulman, "Approximating KL divergence", 2020) a
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import torch
@@ -26,7 +27,7 @@ from trinity.algorithm.registries import KL_FN
 from trinity.algorithm.utils import masked_sum
 
 
-class KLFn:
+class KLFn(ABC):
     """Base of the KL estimators: subclasses implement ``estimate``."""
 
     @dataclass
@@ -42,8 +43,9 @@ class KLFn:
     def __init__(self, args: Args | None = None) -> None:
         self.args = args if args is not None else self.Args()
 
+    @abstractmethod
     def estimate(self, log_ratio: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """Per-token KL estimate from log(pi / pi_ref), same shape."""
 
     def per_token(self, logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
         """(B, R) KL estimate at each token."""

@@ -53,14 +53,13 @@ def _rows_per_chunk(vocab: int, chunk_size: int | None) -> int:
     return max(1, _CHUNK_BYTES // (4 * vocab))
 
 
-def _scaled(chunk: torch.Tensor, temperature: float, writable: bool = False) -> torch.Tensor:
-    """``chunk`` as float32 divided by the temperature; ``writable`` forces a fresh copy."""
-    x = chunk.float()
-    if temperature != 1.0:
-        return x / temperature
-    if writable and x.data_ptr() == chunk.data_ptr():
-        return x.clone()  # a float32 chunk is returned as-is by .float(); never write into logits
-    return x
+def _scaled(chunk: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``chunk`` divided by the temperature (in float32); unchanged when it is 1.
+
+    The softmax kernels below upcast to float32 themselves, so a bf16 chunk is never
+    copied just to change its dtype.
+    """
+    return chunk if temperature == 1.0 else chunk.float() / temperature
 
 
 class _LogprobsFromLogits(torch.autograd.Function):
@@ -72,20 +71,20 @@ class _LogprobsFromLogits(torch.autograd.Function):
         flat = logits.reshape(-1, vocab)
         flat_labels = labels.reshape(-1, 1)
         out = torch.empty(flat.shape[0], dtype=torch.float32, device=logits.device)
-        lse = torch.empty_like(out)
         for start in range(0, flat.shape[0], rows):
             end = start + rows
-            x = _scaled(flat[start:end], temperature)
-            lse[start:end] = torch.logsumexp(x, dim=-1)
-            out[start:end] = x.gather(-1, flat_labels[start:end]).squeeze(-1) - lse[start:end]
-        ctx.save_for_backward(logits, labels, lse)
+            log_probs = torch.log_softmax(
+                _scaled(flat[start:end], temperature), dim=-1, dtype=torch.float32
+            )
+            out[start:end] = log_probs.gather(-1, flat_labels[start:end]).squeeze(-1)
+        ctx.save_for_backward(logits, labels)
         ctx.temperature, ctx.rows = temperature, rows
         return out.view(labels.shape)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out):  # type: ignore[override]
-        logits, labels, lse = ctx.saved_tensors
+        logits, labels = ctx.saved_tensors
         temperature, rows = ctx.temperature, ctx.rows
         vocab = logits.shape[-1]
         flat = logits.reshape(-1, vocab)
@@ -95,12 +94,8 @@ class _LogprobsFromLogits(torch.autograd.Function):
         for start in range(0, flat.shape[0], rows):
             end = start + rows
             # d/dx_j [x_label - lse(x)] = 1[j = label] - softmax(x)_j, times 1/T for x = z/T
-            probs = (
-                _scaled(flat[start:end], temperature, writable=True)
-                .sub_(lse[start:end, None])
-                .exp_()
-            )
-            g = probs.mul_(-grad[start:end])
+            g = torch.softmax(_scaled(flat[start:end], temperature), dim=-1, dtype=torch.float32)
+            g.mul_(-grad[start:end])
             g.scatter_add_(-1, flat_labels[start:end], grad[start:end])
             if temperature != 1.0:
                 g.div_(temperature)
@@ -115,23 +110,21 @@ class _EntropyFromLogits(torch.autograd.Function):
     def forward(ctx, logits, temperature, rows):  # type: ignore[override]
         vocab = logits.shape[-1]
         flat = logits.reshape(-1, vocab)
-        lse = torch.empty(flat.shape[0], dtype=torch.float32, device=logits.device)
-        expected_x = torch.empty_like(lse)  # E_p[x], kept for the backward pass
+        entropy = torch.empty(flat.shape[0], dtype=torch.float32, device=logits.device)
         for start in range(0, flat.shape[0], rows):
             end = start + rows
-            x = _scaled(flat[start:end], temperature)
-            lse[start:end] = torch.logsumexp(x, dim=-1)
-            probs = (x - lse[start:end, None]).exp_()
-            expected_x[start:end] = (probs * x).sum(dim=-1)
-        ctx.save_for_backward(logits, lse, expected_x)
+            log_probs = torch.log_softmax(
+                _scaled(flat[start:end], temperature), dim=-1, dtype=torch.float32
+            )
+            entropy[start:end] = -torch.linalg.vecdot(log_probs.exp(), log_probs)
+        ctx.save_for_backward(logits, entropy)
         ctx.temperature, ctx.rows = temperature, rows
-        # H = -sum p log p = lse - E_p[x]
-        return (lse - expected_x).view(logits.shape[:-1])
+        return entropy.view(logits.shape[:-1])
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out):  # type: ignore[override]
-        logits, lse, expected_x = ctx.saved_tensors
+        logits, entropy = ctx.saved_tensors
         temperature, rows = ctx.temperature, ctx.rows
         vocab = logits.shape[-1]
         flat = logits.reshape(-1, vocab)
@@ -139,10 +132,12 @@ class _EntropyFromLogits(torch.autograd.Function):
         grad_logits = torch.empty_like(flat)
         for start in range(0, flat.shape[0], rows):
             end = start + rows
-            x = _scaled(flat[start:end], temperature, writable=True)
-            # dH/dx_j = p_j * (E_p[x] - x_j), times 1/T for x = z/T
-            probs = (x - lse[start:end, None]).exp_()
-            g = x.neg_().add_(expected_x[start:end, None]).mul_(probs).mul_(grad[start:end])
+            # dH/dx_j = -p_j (log p_j + H), times 1/T for x = z/T
+            log_probs = torch.log_softmax(
+                _scaled(flat[start:end], temperature), dim=-1, dtype=torch.float32
+            )
+            probs = log_probs.exp()
+            g = log_probs.add_(entropy[start:end, None]).mul_(probs).mul_(-grad[start:end])
             if temperature != 1.0:
                 g.div_(temperature)
             grad_logits[start:end] = g

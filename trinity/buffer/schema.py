@@ -18,6 +18,7 @@ Reading a database outside the framework::
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import Any
 
@@ -30,6 +31,7 @@ from trinity.buffer.codec import (
     tensor_from_bytes,
     tensor_to_bytes,
 )
+from trinity.buffer.errors import ExperienceCodecError
 from trinity.types import EID, Experience
 
 EXPERIENCE_TABLE = "experience"
@@ -72,6 +74,12 @@ class ExperienceColumns:
     @classmethod
     def from_experience(cls, exp: Experience) -> Any:
         """Build a row of this table from ``exp`` (raises ExperienceCodecError)."""
+        if exp.reward is not None and math.isnan(exp.reward):
+            # SQLite stores NaN as NULL, which would read back as "not scored"
+            raise ExperienceCodecError(
+                f"experience {exp.eid} has a NaN reward, which SQL cannot store; "
+                "check the reward function"
+            )
         blobs: dict[str, bytes | None] = {}
         meta: dict[str, dict[str, Any]] = {}
         for name in TENSOR_FIELDS:

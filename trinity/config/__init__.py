@@ -1,0 +1,32 @@
+"""Configuration: typed schema, YAML loading, derived values, validation, dry-run report.
+
+    from trinity.config import load_config
+    cfg = load_config("examples/grpo_gsm8k/gsm8k.yaml", ["algorithm.optimizer.lr=1e-5"])
+
+``load_config`` = read YAML (OmegaConf interpolation) -> apply overrides -> strict
+conversion to dataclasses -> ``resolve`` (pure derived values) -> ``validate``.
+"""
+
+from trinity.config.errors import ConfigError
+from trinity.config.loader import config_from_dict, load_config, read_config, to_dict, to_yaml
+from trinity.config.report import dry_run_report
+from trinity.config.resolve import job_dir, resolve
+from trinity.config.schema import *  # noqa: F403  (the section classes)
+from trinity.config.schema import __all__ as _schema_all
+from trinity.config.stages import expand_stages
+from trinity.config.validate import validate
+
+__all__ = [
+    "ConfigError",
+    "config_from_dict",
+    "dry_run_report",
+    "expand_stages",
+    "job_dir",
+    "load_config",
+    "read_config",
+    "resolve",
+    "to_dict",
+    "to_yaml",
+    "validate",
+    *_schema_all,
+]

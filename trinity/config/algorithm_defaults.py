@@ -35,7 +35,7 @@ ALGORITHM_DEFAULTS: dict[str, AlgorithmDefaults] = {
     "grpo": AlgorithmDefaults("grpo", "ppo", NONE, "k2", "default", "default", False, False, True),
     "opmd": AlgorithmDefaults("opmd", "opmd", NONE, "k2", "default", "default", False, False, True),
     "dpo": AlgorithmDefaults(NONE, "dpo", NONE, NONE, NONE, "default", False, True, False, 2),
-    "mix": AlgorithmDefaults("grpo", "mix", NONE, "k2", "default", "mix", False, False, True),
+    "mix": AlgorithmDefaults("grpo", "mix", NONE, "k2", "default", "default", False, False, True),
     "rloo": AlgorithmDefaults("rloo", "ppo", NONE, "k2", "default", "default", False, False, True),
     "reinforceplusplus": AlgorithmDefaults(
         "reinforceplusplus", "ppo", NONE, "k2", "default", "default", False, False, False

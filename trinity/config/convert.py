@@ -55,7 +55,9 @@ def describe(tp: Any) -> str:
         return "a mapping"
     if dataclasses.is_dataclass(tp):
         return "a mapping with keys: " + ", ".join(field_types(tp))
-    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(tp, "any value")
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(
+        tp, "any value"
+    )
 
 
 def build(cls: type[T], data: Any, path: str = "") -> T:
@@ -89,10 +91,12 @@ def convert(value: Any, tp: Any, path: str) -> Any:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (Union, types.UnionType):
         return _convert_optional(value, tp, args, path)
-    if value is None:
-        raise ConfigError(path, f"must be {describe(tp)}, not null", value=value, valid=describe(tp))
     if dataclasses.is_dataclass(tp):
-        return build(tp, value, path)
+        return build(tp, {} if value is None else value, path)  # an empty section: defaults
+    if value is None:
+        raise ConfigError(
+            path, f"must be {describe(tp)}, not null", value=value, valid=describe(tp)
+        )
     if origin is Literal:
         if value in args:
             return value

@@ -64,11 +64,11 @@ class ConfigError(Exception):
     def __str__(self) -> str:
         return self._message()
 
-    def within(self, context: str) -> ConfigError:
-        """The same error, saying where it arose (e.g. ``stage 'sft_warmup'``)."""
+    def within(self, context: str, *, path: str | None = None) -> ConfigError:
+        """The same error, saying where it arose (e.g. ``stage 'sft_warmup'``), optionally re-pathed."""
         value = self.value if self.has_value else _NOTHING
         return ConfigError(
-            self.path,
+            self.path if path is None else path,
             f"{self.problem} (in {context})",
             value=value,
             valid=self.valid,

@@ -12,6 +12,7 @@ environment, no cluster. The documented derivations:
 - ``train_batch_size`` = ``batch_size * repeat_times``; ``taskset`` becomes ``tasksets[0]``;
   taskset ``repeat_times`` = ``algorithm.repeat_times`` (1 for eval tasksets); rollout
   args from ``model``; workflow and reward names from explorer_input, then buffer;
+  without an experience buffer, modes both and explore get a queue named experience_buffer;
 - the short trainer settings and ``algorithm.optimizer`` written into ``trainer_config``;
   ``trainer.total_steps`` from ``buffer.total_steps`` when that is set.
 """
@@ -30,8 +31,11 @@ from trinity.config.schema import (
     Config,
     OptimizerConfig,
     StorageConfig,
+    TrainerConfig,
     VerlTrainerConfig,
 )
+
+DEFAULT_EXPERIENCE_BUFFER = "experience_buffer"
 
 # A resolved config remembers the config it came from, so stages can be expanded from it.
 SOURCE_ATTR = "_unresolved_source"
@@ -44,7 +48,8 @@ def resolve(cfg: Config, *, now: datetime) -> Config:
         ConfigError: a value that cannot be derived (e.g. no way to know max_model_len).
     """
     out = resolve_run(cfg, now=now, rename=True)
-    setattr(out, SOURCE_ATTR, copy.deepcopy(cfg))
+    source = getattr(cfg, SOURCE_ATTR, None)  # resolving a resolved config keeps the original
+    setattr(out, SOURCE_ATTR, copy.deepcopy(source if source is not None else cfg))
     return out
 
 
@@ -101,9 +106,9 @@ def _resolve_model(cfg: Config) -> None:
                 valid="set model.max_model_len, or both model.max_prompt_tokens and model.max_response_tokens",
             )
         model.max_model_len = prompt + response
-    elif prompt is None and response is not None:
+    elif prompt is None and response is not None and response < model.max_model_len:
         model.max_prompt_tokens = model.max_model_len - response
-    elif response is None and prompt is not None:
+    elif response is None and prompt is not None and prompt < model.max_model_len:
         model.max_response_tokens = model.max_model_len - prompt
     if not model.critic_model_path:
         model.critic_model_path = model.model_path
@@ -127,6 +132,7 @@ def _resolve_buffer(cfg: Config) -> None:
 
     for taskset in ei.tasksets:
         _fill_storage(taskset, cfg, storage_type="file")
+        _fill_rollout_args(taskset, cfg)
         taskset.is_eval = False
         if taskset.repeat_times is None:
             taskset.repeat_times = algo.repeat_times
@@ -134,28 +140,37 @@ def _resolve_buffer(cfg: Config) -> None:
         taskset.default_reward_fn_type = taskset.default_reward_fn_type or ei.default_reward_fn_type
     for taskset in ei.eval_tasksets:
         _fill_storage(taskset, cfg, storage_type="file")
+        _fill_rollout_args(taskset, cfg)
         taskset.is_eval = True
         if taskset.repeat_times is None:
             taskset.repeat_times = 1
-        taskset.default_workflow_type = taskset.default_workflow_type or ei.default_eval_workflow_type
+        taskset.default_workflow_type = (
+            taskset.default_workflow_type or ei.default_eval_workflow_type
+        )
         taskset.default_reward_fn_type = taskset.default_reward_fn_type or ei.default_reward_fn_type
 
     ti = buffer.trainer_input
+    if ti.experience_buffer is None and cfg.mode in ("both", "explore"):
+        ti.experience_buffer = StorageConfig(name=DEFAULT_EXPERIENCE_BUFFER)
     if ti.experience_buffer is not None:
         # in train mode nothing in the run writes the buffer: it is a dataset to read
-        _fill_storage(ti.experience_buffer, cfg, storage_type="file" if cfg.mode == "train" else "queue")
+        _fill_storage(
+            ti.experience_buffer, cfg, storage_type="file" if cfg.mode == "train" else "queue"
+        )
     for key, aux in ti.auxiliary_buffers.items():
         aux.name = aux.name or key
         _fill_storage(aux, cfg, storage_type="file")
 
 
 def _fill_storage(storage: StorageConfig, cfg: Config, *, storage_type: str) -> None:
-    model = cfg.model
     if storage.storage_type is None:
         storage.storage_type = storage_type  # type: ignore[assignment]
     if storage.format.chat_template is None:
-        storage.format.chat_template = model.custom_chat_template
-    args = storage.rollout_args
+        storage.format.chat_template = cfg.model.custom_chat_template
+
+
+def _fill_rollout_args(storage: StorageConfig, cfg: Config) -> None:
+    model, args = cfg.model, storage.rollout_args
     if args.temperature is None:
         args.temperature = model.temperature
     if args.top_p is None:
@@ -200,6 +215,7 @@ def _resolve_synchronizer(cfg: Config) -> None:
 
 def _resolve_trainer(cfg: Config) -> None:
     trainer = cfg.trainer
+    check_trainer_config_source(trainer)
     if trainer.trainer_config_path:
         raise ConfigError(
             "trainer.trainer_config_path",
@@ -208,7 +224,7 @@ def _resolve_trainer(cfg: Config) -> None:
             valid="load the file with load_config, or set trainer.trainer_config in Python",
         )
     if trainer.total_steps is None:
-        trainer.total_steps = _train_steps(cfg)
+        trainer.total_steps = steps_from_buffer(cfg)
     tc = trainer.trainer_config = trainer.trainer_config or VerlTrainerConfig()
     arr = tc.actor_rollout_ref
     actor = arr.actor
@@ -226,8 +242,9 @@ def _resolve_trainer(cfg: Config) -> None:
             setattr(target, name, getattr(trainer, short))
 
     optimizer = cfg.algorithm.optimizer
-    if optimizer.total_training_steps == -1 and trainer.total_steps is not None:
-        optimizer.total_training_steps = trainer.total_steps
+    run_steps = train_steps(cfg)
+    if optimizer.total_training_steps == -1 and run_steps is not None:
+        optimizer.total_training_steps = run_steps
     if actor.optim is not None:
         _check_same_optimizer(actor.optim, optimizer)
     actor.optim = copy.deepcopy(optimizer)
@@ -241,7 +258,11 @@ def _resolve_trainer(cfg: Config) -> None:
             follower.log_prob_use_dynamic_bsz = actor.use_dynamic_bsz
         if follower.log_prob_max_token_len_per_gpu is None:
             follower.log_prob_max_token_len_per_gpu = actor.ppo_max_token_len_per_gpu
-    for name in ("ulysses_sequence_parallel_size", "entropy_from_logits_with_chunking", "entropy_checkpointing"):
+    for name in (
+        "ulysses_sequence_parallel_size",
+        "entropy_from_logits_with_chunking",
+        "entropy_checkpointing",
+    ):
         if getattr(arr.ref, name) is None:
             setattr(arr.ref, name, getattr(actor, name))
 
@@ -262,14 +283,32 @@ def _resolve_trainer(cfg: Config) -> None:
         critic.model.external_lib = arr.model.external_lib
 
 
-def _train_steps(cfg: Config) -> int | None:
-    """Train steps of the run when ``buffer.total_steps`` fixes them; None when data decides."""
+def train_steps(cfg: Config) -> int | None:
+    """Train steps the run will make: the smaller of trainer.total_steps and what the buffer feeds."""
+    known = [n for n in (cfg.trainer.total_steps, steps_from_buffer(cfg)) if n is not None]
+    return min(known) if known else None
+
+
+def check_trainer_config_source(trainer: TrainerConfig) -> None:
+    """The detailed trainer settings come from one place: inline or a file, not both."""
+    if trainer.trainer_config is not None and trainer.trainer_config_path:
+        raise ConfigError(
+            "trainer.trainer_config_path",
+            "is set together with trainer.trainer_config",
+            value=trainer.trainer_config_path,
+            valid="set only one of trainer.trainer_config and trainer.trainer_config_path",
+        )
+
+
+def steps_from_buffer(cfg: Config) -> int | None:
+    """Train steps ``buffer.total_steps`` feeds (None when the data size decides)."""
     buffer = cfg.buffer
     if buffer.total_steps is None or cfg.mode not in ("both", "train"):
         return None
     if cfg.mode == "train":
         return buffer.total_steps
-    assert buffer.train_batch_size is not None  # filled by _resolve_buffer
+    if buffer.train_batch_size is None:
+        return buffer.total_steps  # unresolved config: one explore step per train step
     experiences = buffer.total_steps * buffer.batch_size * cfg.algorithm.repeat_times
     return max(1, math.floor(experiences / buffer.train_batch_size))
 

@@ -13,7 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 
-def setting(default: Any = dataclasses.MISSING, help: str = "", *, factory: Callable[[], Any] | None = None) -> Any:
+def setting(
+    default: Any = dataclasses.MISSING, help: str = "", *, factory: Callable[[], Any] | None = None
+) -> Any:
     """Declare a config field.
 
     ``default`` may be a plain value, a list or dict (copied for every instance), or a

@@ -40,7 +40,12 @@ def apply_stage(base: Config, stage: StageConfig, index: int) -> Config:
             continue
         cls = type(getattr(base, section))
         if not isinstance(override, Mapping):
-            raise ConfigError(f"stages[{index}].{section}", "must be a mapping", value=override, valid=f"keys of {section}")
+            raise ConfigError(
+                f"stages[{index}].{section}",
+                "must be a mapping",
+                value=override,
+                valid=f"keys of {section}",
+            )
         merged = _merge(cls, plain[section], override)
         setattr(staged, section, build(cls, merged, f"stages[{index}].{section}"))
     return staged
@@ -88,7 +93,10 @@ def _merge(tp: Any, old: Any, new: Any) -> Any:
             **{k: _merge(types_.get(k, Any), old.get(k), v) for k, v in new.items()},
         }
     value_tp = typing.get_args(tp)[1] if typing.get_origin(tp) is dict else Any
-    return {**copy.deepcopy(dict(old)), **{k: _merge(value_tp, old.get(k), v) for k, v in new.items()}}
+    return {
+        **copy.deepcopy(dict(old)),
+        **{k: _merge(value_tp, old.get(k), v) for k, v in new.items()},
+    }
 
 
 def _dataclass_in(tp: Any) -> type | None:

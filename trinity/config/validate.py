@@ -7,12 +7,20 @@ key path and what would be valid.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
-from trinity.config.algorithm_defaults import ALGORITHM_DEFAULTS, NONE, PART_NAMES, defaults_for
+from trinity.config.algorithm_defaults import NONE, PART_NAMES, defaults_for
 from trinity.config.convert import build, to_plain
 from trinity.config.errors import ConfigError, closest
-from trinity.config.schema import LOG_LEVELS, Config, InferenceModelConfig, OptimizerConfig, StorageConfig
+from trinity.config.resolve import check_trainer_config_source
+from trinity.config.schema import (
+    LOG_LEVELS,
+    Config,
+    InferenceModelConfig,
+    OptimizerConfig,
+    StorageConfig,
+)
 
 
 def validate(cfg: Config) -> None:
@@ -24,7 +32,9 @@ def validate(cfg: Config) -> None:
 
 def _at_least(path: str, value: float | None, low: float, what: str = "") -> None:
     if value is not None and value < low:
-        raise ConfigError(path, f"must be >= {low:g}{what}", value=value, valid=f"a value >= {low:g}")
+        raise ConfigError(
+            path, f"must be >= {low:g}{what}", value=value, valid=f"a value >= {low:g}"
+        )
 
 
 def _positive(path: str, value: float | None) -> None:
@@ -38,7 +48,9 @@ def _fraction(path: str, value: float | None, *, open_low: bool = False) -> None
     low_ok = value > 0 if open_low else value >= 0
     if not (low_ok and value <= 1):
         interval = "(0, 1]" if open_low else "[0, 1]"
-        raise ConfigError(path, f"must lie in {interval}", value=value, valid=f"a number in {interval}")
+        raise ConfigError(
+            path, f"must lie in {interval}", value=value, valid=f"a number in {interval}"
+        )
 
 
 def _required(path: str, value: str | None, what: str) -> None:
@@ -89,16 +101,28 @@ def _check_optimizer(path: str, opt: OptimizerConfig) -> None:
     _fraction(f"{path}.lr_warmup_steps_ratio", opt.lr_warmup_steps_ratio)
     _fraction(f"{path}.min_lr_ratio", opt.min_lr_ratio)
     _at_least(f"{path}.weight_decay", opt.weight_decay, 0)
-    _at_least(f"{path}.lr_warmup_steps", opt.lr_warmup_steps, -1, " (-1: use lr_warmup_steps_ratio)")
+    _at_least(
+        f"{path}.lr_warmup_steps", opt.lr_warmup_steps, -1, " (-1: use lr_warmup_steps_ratio)"
+    )
     if len(opt.betas) != 2 or not all(0 <= b < 1 for b in opt.betas):
-        raise ConfigError(f"{path}.betas", "must be two numbers in [0, 1)", value=opt.betas, valid="e.g. [0.9, 0.999]")
+        raise ConfigError(
+            f"{path}.betas",
+            "must be two numbers in [0, 1)",
+            value=opt.betas,
+            valid="e.g. [0.9, 0.999]",
+        )
 
 
 def _check_part_names(cfg: Config) -> None:
-    """Part names must be registered, once the algorithm package has registered its parts."""
+    """Part names must be registered and their ``*_args`` fit the part's ``Args``.
+
+    Checked once the algorithm package has registered parts; a registry that is still
+    empty is not checked.
+    """
     try:
         import trinity.algorithm  # noqa: F401  (importing it registers the parts)
         from trinity.algorithm import registries
+        from trinity.algorithm.args import InvalidArgsError, build_args
     except ImportError:
         return
     by_part = {
@@ -111,21 +135,32 @@ def _check_part_names(cfg: Config) -> None:
     }
     for part in PART_NAMES:
         name, registry = getattr(cfg.algorithm, part), by_part[part]
-        if name is None or name == NONE or name in registry or not registry.names():
+        if name is None or not registry.names() or (name == NONE and name not in registry):
             continue
-        if "." in name:  # a dotted import path naming user code
-            try:
-                registry.get(name)
-                continue
-            except KeyError as exc:
-                raise ConfigError(f"algorithm.{part}", f"cannot import {name}", value=name, valid="a registered name or an importable dotted path") from exc
-        raise ConfigError(
-            f"algorithm.{part}",
-            f"unknown {registry.kind}",
-            value=name,
-            valid="registered: " + ", ".join([NONE, *registry.names()]),
-            suggestion=closest(name, registry.names()),
-        )
+        try:
+            part_cls = registry.get(name)  # a registered name, or a dotted path to user code
+        except KeyError as exc:
+            raise ConfigError(
+                f"algorithm.{part}",
+                f"unknown {registry.kind}",
+                value=name,
+                valid="registered: " + ", ".join(sorted({NONE, *registry.names()})),
+                suggestion=None if "." in name else closest(name, registry.names()),
+            ) from exc
+        args_cls = getattr(part_cls, "Args", None)
+        given = getattr(cfg.algorithm, f"{part}_args")
+        if args_cls is None or not given:
+            continue
+        try:
+            build_args(args_cls, given, owner=f"{part} '{name}'")
+        except InvalidArgsError as exc:
+            names = ", ".join(f.name for f in dataclasses.fields(args_cls)) or "(none)"
+            raise ConfigError(
+                f"algorithm.{part}_args",
+                str(exc),
+                value=given,
+                valid=f"arguments of {part} '{name}': {names}",
+            ) from exc
 
 
 def _check_model(cfg: Config) -> None:
@@ -135,12 +170,24 @@ def _check_model(cfg: Config) -> None:
     _positive("model.max_prompt_tokens", model.max_prompt_tokens)
     _positive("model.max_response_tokens", model.max_response_tokens)
     _at_least("model.min_response_tokens", model.min_response_tokens, 0)
-    limit, prompt, response = model.max_model_len, model.max_prompt_tokens, model.max_response_tokens
+    limit, prompt, response = (
+        model.max_model_len,
+        model.max_prompt_tokens,
+        model.max_response_tokens,
+    )
     if limit is not None and response is not None and response > limit:
         raise ConfigError(
-            "model.max_response_tokens", f"exceeds model.max_model_len ({limit})", value=response, valid=f"at most {limit}"
+            "model.max_response_tokens",
+            f"exceeds model.max_model_len ({limit})",
+            value=response,
+            valid=f"at most {limit}",
         )
-    if limit is not None and prompt is not None and response is not None and prompt + response > limit:
+    if (
+        limit is not None
+        and prompt is not None
+        and response is not None
+        and prompt + response > limit
+    ):
         raise ConfigError(
             "model.max_prompt_tokens",
             f"max_prompt_tokens + max_response_tokens ({prompt} + {response}) exceeds model.max_model_len ({limit})",
@@ -177,7 +224,10 @@ def _check_buffer(cfg: Config) -> None:
         )
     if cfg.mode == "bench" and not ei.eval_tasksets:
         raise ConfigError(
-            "buffer.explorer_input.eval_tasksets", "mode bench needs eval tasksets", value=[], valid="a list of tasksets"
+            "buffer.explorer_input.eval_tasksets",
+            "mode bench needs eval tasksets",
+            value=[],
+            valid="a list of tasksets",
         )
     if cfg.mode in ("both", "train", "explore"):
         if ti.experience_buffer is None or not ti.experience_buffer.name:
@@ -190,7 +240,10 @@ def _check_buffer(cfg: Config) -> None:
     storages: list[tuple[str, StorageConfig]] = [
         *((f"buffer.explorer_input.tasksets[{i}]", t) for i, t in enumerate(ei.tasksets)),
         *((f"buffer.explorer_input.eval_tasksets[{i}]", t) for i, t in enumerate(ei.eval_tasksets)),
-        *((f"buffer.trainer_input.auxiliary_buffers.{k}", b) for k, b in ti.auxiliary_buffers.items()),
+        *(
+            (f"buffer.trainer_input.auxiliary_buffers.{k}", b)
+            for k, b in ti.auxiliary_buffers.items()
+        ),
     ]
     if ti.experience_buffer is not None:
         storages.append(("buffer.trainer_input.experience_buffer", ti.experience_buffer))
@@ -232,7 +285,9 @@ def _check_explorer(cfg: Config) -> None:
     _at_least("explorer.max_retry_times", explorer.max_retry_times, 0)
     _at_least("explorer.eval_interval", explorer.eval_interval, 1)
     engines = [("explorer.rollout_model", explorer.rollout_model)]
-    engines += [(f"explorer.auxiliary_models[{i}]", m) for i, m in enumerate(explorer.auxiliary_models)]
+    engines += [
+        (f"explorer.auxiliary_models[{i}]", m) for i, m in enumerate(explorer.auxiliary_models)
+    ]
     for path, engine in engines:
         _check_engine(path, engine)
     _check_gpus(cfg)
@@ -246,7 +301,10 @@ def _check_engine(path: str, engine: InferenceModelConfig) -> None:
     limit, response = engine.max_model_len, engine.max_response_tokens
     if limit is not None and response is not None and response > limit:
         raise ConfigError(
-            f"{path}.max_response_tokens", f"exceeds {path}.max_model_len ({limit})", value=response, valid=f"at most {limit}"
+            f"{path}.max_response_tokens",
+            f"exceeds {path}.max_model_len ({limit})",
+            value=response,
+            valid=f"at most {limit}",
         )
 
 
@@ -277,13 +335,7 @@ def _check_synchronizer(cfg: Config) -> None:
 
 def _check_trainer(cfg: Config) -> None:
     trainer = cfg.trainer
-    if trainer.trainer_config is not None and trainer.trainer_config_path:
-        raise ConfigError(
-            "trainer.trainer_config_path",
-            "is set together with trainer.trainer_config",
-            value=trainer.trainer_config_path,
-            valid="set only one of trainer.trainer_config and trainer.trainer_config_path",
-        )
+    check_trainer_config_source(trainer)
     _at_least("trainer.save_interval", trainer.save_interval, 0, " (0: save only at the end)")
     _at_least("trainer.total_steps", trainer.total_steps, 1)
     _positive("trainer.grad_clip", trainer.grad_clip)
@@ -294,10 +346,20 @@ def _check_trainer(cfg: Config) -> None:
         return
     prefix = "trainer.trainer_config"
     actor = tc.actor_rollout_ref.actor
-    _at_least(f"{prefix}.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", actor.ppo_micro_batch_size_per_gpu, 1)
+    _at_least(
+        f"{prefix}.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+        actor.ppo_micro_batch_size_per_gpu,
+        1,
+    )
     _at_least(f"{prefix}.actor_rollout_ref.actor.ppo_epochs", actor.ppo_epochs, 1)
-    _at_least(f"{prefix}.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", tc.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu, 1)
-    _at_least(f"{prefix}.critic.ppo_micro_batch_size_per_gpu", tc.critic.ppo_micro_batch_size_per_gpu, 1)
+    _at_least(
+        f"{prefix}.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+        tc.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu,
+        1,
+    )
+    _at_least(
+        f"{prefix}.critic.ppo_micro_batch_size_per_gpu", tc.critic.ppo_micro_batch_size_per_gpu, 1
+    )
     _positive(f"{prefix}.critic.grad_clip", tc.critic.grad_clip)
     _check_optimizer(f"{prefix}.critic.optim", tc.critic.optim)
     loop = tc.trainer
@@ -327,7 +389,10 @@ def _check_stages(cfg: Config) -> None:
         _required(f"stages[{i}].stage_name", stage.stage_name, "each stage needs a unique name")
         if stage.stage_name in seen:
             raise ConfigError(
-                f"stages[{i}].stage_name", "is used by an earlier stage", value=stage.stage_name, valid="a unique stage name"
+                f"stages[{i}].stage_name",
+                "is used by an earlier stage",
+                value=stage.stage_name,
+                valid="a unique stage name",
             )
         seen.add(stage.stage_name)
 
@@ -343,5 +408,3 @@ _CHECKS: tuple[Callable[[Config], None], ...] = (
     _check_data_processor,
     _check_stages,
 )
-
-__all__ = ["ALGORITHM_DEFAULTS", "validate"]

@@ -61,7 +61,7 @@ def run(config: Config) -> list[dict[str, Any]]:
 def run_stage(config: Config) -> dict[str, Any]:
     import ray
 
-    from trinity.buffer.queue import ExperienceQueue, open_backup
+    from trinity.buffer.queue import open_backup
     from trinity.launch.cluster import connect
     from trinity.launch.roles import ExplorerRole, TrainerRole
     from trinity.models.resolve import resolve_model_path
@@ -121,7 +121,13 @@ class _BufferActor:
         self.queue.put(experiences)
 
     def get(self, n: int, timeout: float | None):
-        return self.queue.get(n, timeout)
+        """Up to ``n`` experiences; an empty list once the queue is closed and drained."""
+        from trinity.buffer.errors import QueueClosed
+
+        try:
+            return self.queue.get(n, timeout)
+        except QueueClosed:
+            return []
 
     def close(self) -> None:
         self.queue.close()

@@ -359,7 +359,7 @@ class TransformersEngine:
             logits = out.logits[:, -1].float()
 
         samples = [
-            Sample(tokens_out[r], logprobs_out[r], finish[r])  # type: ignore[arg-type]
+            Sample(tokens_out[r], logprobs_out[r], finish[r], self.model_version)  # type: ignore[arg-type]
             for r in range(len(owner))
         ]
         grouped: list[list[Sample]] = [[] for _ in entries]

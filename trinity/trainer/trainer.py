@@ -87,6 +87,9 @@ class Trainer:
         self.kl_penalty = build(KL_FN, algo.kl_penalty_fn, algo.kl_penalty_fn_args)
         self.entropy_loss = build(ENTROPY_LOSS_FN, algo.entropy_loss_fn, algo.entropy_loss_fn_args)
         self.loss_agg_mode = algo.loss_agg_mode
+        self.entropy_has_grad = algo.entropy_loss_fn != "none" and float(
+            getattr(self.entropy_loss.args, "entropy_coef", 0.0)
+        ) != 0.0
         self.ref_model = None
         if algo.kl_loss_fn != "none" or algo.kl_penalty_fn != "none":
             self.ref_model = AutoModelForCausalLM.from_pretrained(
@@ -160,12 +163,12 @@ class Trainer:
         return metrics
 
     def _micro_step(self, micro: TrainBatch, normalizer: LossNormalizer) -> dict[str, float]:
-        need_entropy = type(self.entropy_loss).__name__ != "NoEntropyLoss"
         logprobs, entropy = forward_logprobs(
             self.model,
             micro,
             temperature=self.temperature,
             compute_entropy=True,
+            entropy_grad=self.entropy_has_grad,
             compute_dtype=self.compute_dtype,
         )
         loss, metrics = self.policy_loss(
@@ -183,7 +186,7 @@ class Trainer:
             loss = loss + kl_loss
             metrics.update(kl_metrics)
         if entropy is not None:
-            if need_entropy:
+            if self.entropy_has_grad:
                 ent_loss, ent_metrics = self.entropy_loss(
                     entropy, micro.action_mask, loss_agg_mode=self.loss_agg_mode, normalizer=normalizer
                 )

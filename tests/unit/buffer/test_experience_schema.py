@@ -93,6 +93,12 @@ def test_non_json_info_is_refused_with_the_field_name() -> None:
         experience_to_dict(exp)
 
 
+def test_nan_reward_is_refused_not_turned_into_null() -> None:
+    exp = Experience(tokens=torch.tensor([1, 2]), prompt_length=1, reward=float("nan"))
+    with pytest.raises(ExperienceCodecError, match="NaN reward"):
+        ExperienceModel.from_experience(exp)
+
+
 def test_unsupported_dtype_is_refused() -> None:
     exp = Experience(tokens=torch.tensor([1, 2]), prompt_length=1, logprobs=torch.ones(1) * 1j)
     with pytest.raises(ExperienceCodecError, match="complex64"):

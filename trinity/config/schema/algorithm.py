@@ -21,12 +21,18 @@ class OptimizerConfig:
     """AdamW and its learning-rate schedule."""
 
     lr: float = setting(1e-6, "peak learning rate")
-    lr_warmup_steps: int = setting(-1, "linear warm-up steps; -1 uses lr_warmup_steps_ratio instead")
-    lr_warmup_steps_ratio: float = setting(0.0, "warm-up steps as a fraction of total_training_steps")
+    lr_warmup_steps: int = setting(
+        -1, "linear warm-up steps; -1 uses lr_warmup_steps_ratio instead"
+    )
+    lr_warmup_steps_ratio: float = setting(
+        0.0, "warm-up steps as a fraction of total_training_steps"
+    )
     warmup_style: Literal["constant", "cosine"] = setting(
         "constant", "schedule after warm-up: constant, or cosine decay to min_lr_ratio * lr"
     )
-    min_lr_ratio: float = setting(0.0, "final learning rate of the cosine schedule, as a fraction of lr")
+    min_lr_ratio: float = setting(
+        0.0, "final learning rate of the cosine schedule, as a fraction of lr"
+    )
     weight_decay: float = setting(0.01, "decoupled (AdamW) weight decay")
     betas: list[float] = setting([0.9, 0.999], "AdamW (beta1, beta2)")
     total_training_steps: int = setting(
@@ -42,21 +48,36 @@ class AlgorithmConfig:
         "ppo", "ppo, grpo, opmd, dpo, sft, mix, rloo, reinforceplusplus or gspo"
     )
     repeat_times: int = setting(1, "rollouts per task (group size); dpo always uses 2")
-    sample_strategy: str | None = setting(None, "how the trainer reads experiences; unset: per algorithm")
+    sample_strategy: str | None = setting(
+        None, "how the trainer reads experiences; unset: per algorithm"
+    )
     sample_strategy_args: dict[str, Any] = setting({}, "arguments of sample_strategy")
     advantage_fn: str | None = setting(None, "advantage estimator; unset: per algorithm")
     advantage_fn_args: dict[str, Any] = setting({}, "arguments of advantage_fn")
     policy_loss_fn: str | None = setting(None, "policy loss; unset: per algorithm")
-    policy_loss_fn_args: dict[str, Any] = setting({}, "arguments of policy_loss_fn (e.g. clip ranges)")
-    kl_penalty_fn: str | None = setting(None, "KL penalty subtracted from rewards ('none' disables); unset: per algorithm")
+    policy_loss_fn_args: dict[str, Any] = setting(
+        {}, "arguments of policy_loss_fn (e.g. clip ranges)"
+    )
+    kl_penalty_fn: str | None = setting(
+        None, "KL penalty subtracted from rewards ('none' disables); unset: per algorithm"
+    )
     kl_penalty_fn_args: dict[str, Any] = setting({}, "arguments of kl_penalty_fn (e.g. kl_coef)")
-    kl_loss_fn: str | None = setting(None, "KL term added to the loss ('none' disables); unset: per algorithm")
+    kl_loss_fn: str | None = setting(
+        None, "KL term added to the loss ('none' disables); unset: per algorithm"
+    )
     kl_loss_fn_args: dict[str, Any] = setting({}, "arguments of kl_loss_fn (e.g. kl_coef)")
-    entropy_loss_fn: str | None = setting(None, "entropy term of the loss ('none' disables); unset: per algorithm")
-    entropy_loss_fn_args: dict[str, Any] = setting({}, "arguments of entropy_loss_fn (e.g. entropy_coef)")
-    loss_agg_mode: LossAggMode = setting("token-mean", "how per-token losses are reduced to one number")
+    entropy_loss_fn: str | None = setting(
+        None, "entropy term of the loss ('none' disables); unset: per algorithm"
+    )
+    entropy_loss_fn_args: dict[str, Any] = setting(
+        {}, "arguments of entropy_loss_fn (e.g. entropy_coef)"
+    )
+    loss_agg_mode: LossAggMode = setting(
+        "token-mean", "how per-token losses are reduced to one number"
+    )
     optimizer: OptimizerConfig = setting(OptimizerConfig, "optimizer of the policy (actor)")
     use_critic: bool | None = setting(None, "train a value model; unset: per algorithm (ppo only)")
     use_reference: bool | None = setting(
-        None, "keep a frozen reference model; unset: when a KL part is active or the algorithm needs one"
+        None,
+        "keep a frozen reference model; unset: when a KL part is active or the algorithm needs one",
     )

@@ -22,7 +22,9 @@ class FormatConfig:
         "plaintext", "plaintext: the prompt is a string; messages: a chat message list"
     )
     prompt_key: str = setting("prompt", "column of the user prompt (plaintext)")
-    response_key: str = setting("response", "column of the reference response or answer (plaintext)")
+    response_key: str = setting(
+        "response", "column of the reference response or answer (plaintext)"
+    )
     system_prompt_key: str | None = setting(None, "column of a per-row system prompt (plaintext)")
     system_prompt: str | None = setting(None, "system prompt for every row; system_prompt_key wins")
     messages_key: str = setting("messages", "column of the message list (messages)")
@@ -32,7 +34,9 @@ class FormatConfig:
     enable_concatenated_multi_turn: bool = setting(
         False, "SFT on every assistant turn of a conversation (messages only)"
     )
-    chat_template: str | None = setting(None, "chat template for this data; unset: model.custom_chat_template")
+    chat_template: str | None = setting(
+        None, "chat template for this data; unset: model.custom_chat_template"
+    )
 
 
 @dataclass
@@ -42,8 +46,12 @@ class RolloutArgs:
     temperature: float | None = setting(None, "sampling temperature; unset: model.temperature")
     top_p: float | None = setting(None, "nucleus-sampling mass; unset: model.top_p")
     top_k: int | None = setting(None, "top-k (-1 disables); unset: model.top_k")
-    logprobs: int | None = setting(None, "top alternatives with logprobs per token; unset: model.logprobs")
-    max_tokens: int | None = setting(None, "most tokens per response; unset: model.max_response_tokens")
+    logprobs: int | None = setting(
+        None, "top alternatives with logprobs per token; unset: model.logprobs"
+    )
+    max_tokens: int | None = setting(
+        None, "most tokens per response; unset: model.max_response_tokens"
+    )
 
 
 @dataclass
@@ -52,9 +60,12 @@ class StorageConfig:
 
     name: str = setting("", "unique name (also the Ray actor name of the storage)")
     storage_type: StorageType | None = setting(
-        None, "file, queue or sql; unset: queue for the experience buffer (file in train mode), else file"
+        None,
+        "file, queue or sql; unset: queue for the experience buffer (file in train mode), else file",
     )
-    path: str | None = setting(None, "data directory/file, hub id, or SQLAlchemy URL (sql; optional backup for queue)")
+    path: str | None = setting(
+        None, "data directory/file, hub id, or SQLAlchemy URL (sql; optional backup for queue)"
+    )
     subset_name: str | None = setting(None, "dataset subset (configuration) name")
     split: str = setting("train", "dataset split")
     repeat_times: int | None = setting(
@@ -71,9 +82,13 @@ class StorageConfig:
     default_reward_fn_type: str | None = setting(
         None, "reward function of these tasks; unset: explorer_input's, then buffer's"
     )
-    workflow_args: dict[str, Any] = setting({}, "extra arguments given to the workflow of every task")
+    workflow_args: dict[str, Any] = setting(
+        {}, "extra arguments given to the workflow of every task"
+    )
     reward_fn_args: dict[str, Any] = setting({}, "extra arguments given to the reward function")
-    max_read_timeout: float = setting(1800, "seconds a reader waits for a full batch before returning a partial one (queue)")
+    max_read_timeout: float = setting(
+        1800, "seconds a reader waits for a full batch before returning a partial one (queue)"
+    )
     use_priority_queue: bool = setting(False, "read the highest-priority experiences first (queue)")
     reuse_cooldown_time: float | None = setting(
         None, "seconds before an experience may be read again (priority queue); unset: never reused"
@@ -88,9 +103,15 @@ class ExplorerInputConfig:
 
     taskset: StorageConfig | None = setting(None, "the training taskset (same as tasksets[0])")
     tasksets: list[StorageConfig] = setting([], "training tasksets; resolve puts taskset first")
-    eval_tasksets: list[StorageConfig] = setting([], "tasksets evaluated every explorer.eval_interval steps")
-    default_workflow_type: str | None = setting(None, "workflow of tasksets that name none; unset: buffer's")
-    default_reward_fn_type: str | None = setting(None, "reward function of tasksets that name none; unset: buffer's")
+    eval_tasksets: list[StorageConfig] = setting(
+        [], "tasksets evaluated every explorer.eval_interval steps"
+    )
+    default_workflow_type: str | None = setting(
+        None, "workflow of tasksets that name none; unset: buffer's"
+    )
+    default_reward_fn_type: str | None = setting(
+        None, "reward function of tasksets that name none; unset: buffer's"
+    )
     default_eval_workflow_type: str | None = setting(
         None, "workflow of eval tasksets that name none; unset: default_workflow_type"
     )
@@ -101,7 +122,8 @@ class TrainerInputConfig:
     """What the trainer reads."""
 
     experience_buffer: StorageConfig | None = setting(
-        None, "explorer output and trainer input (for sft/dpo in train mode: the dataset)"
+        None,
+        "explorer output and trainer input (train mode: the dataset); unset: a queue named experience_buffer",
     )
     auxiliary_buffers: dict[str, StorageConfig] = setting(
         {}, "extra datasets by name (e.g. sft_dataset for mix); name defaults to the key"
@@ -118,7 +140,8 @@ class BufferConfig:
     )
     total_epochs: int = setting(1, "passes over the taskset; ignored when total_steps is set")
     total_steps: int | None = setting(
-        None, "explore steps of the run (train steps in train mode); unset: from total_epochs and data size"
+        None,
+        "explore steps of the run (train steps in train mode); unset: from total_epochs and data size",
     )
     explorer_input: ExplorerInputConfig = setting(ExplorerInputConfig, "tasksets of the explorer")
     trainer_input: TrainerInputConfig = setting(TrainerInputConfig, "buffers of the trainer")

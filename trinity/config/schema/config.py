@@ -30,7 +30,9 @@ STAGE_SECTIONS = ("algorithm", "buffer", "explorer", "trainer")
 class StageConfig:
     """One stage of a multi-stage run; what it leaves out is inherited from the global config."""
 
-    stage_name: str = setting("", "unique stage name; the stage runs as experiment <name>/<stage_name>")
+    stage_name: str = setting(
+        "", "unique stage name; the stage runs as experiment <name>/<stage_name>"
+    )
     mode: Mode | None = setting(None, "mode of this stage; unset: the global mode")
     algorithm: dict[str, Any] | None = setting(None, "keys of algorithm overridden in this stage")
     buffer: dict[str, Any] | None = setting(None, "keys of buffer overridden in this stage")
@@ -42,14 +44,23 @@ class StageConfig:
 class Config:
     """A whole experiment, as written in one YAML file."""
 
-    project: str = setting("Trinity-RFT", "project name; groups experiments in checkpoint_root_dir and the monitor")
-    name: str = setting("rft", "experiment name")
-    mode: Mode = setting("both", "both (explore and train), train, explore, or bench (evaluate checkpoints)")
-    checkpoint_root_dir: str = setting("./checkpoints", "root of <project>/<name>/ holding checkpoints, logs and buffers")
-    continue_from_checkpoint: bool = setting(
-        True, "resume from the latest checkpoint of <project>/<name>; false starts <name>_<timestamp>"
+    project: str = setting(
+        "Trinity-RFT", "project name; groups experiments in checkpoint_root_dir and the monitor"
     )
-    ray_namespace: str | None = setting(None, "Ray namespace of the run's actors; unset: <project>/<name>")
+    name: str = setting("rft", "experiment name")
+    mode: Mode = setting(
+        "both", "both (explore and train), train, explore, or bench (evaluate checkpoints)"
+    )
+    checkpoint_root_dir: str = setting(
+        "./checkpoints", "root of <project>/<name>/ holding checkpoints, logs and buffers"
+    )
+    continue_from_checkpoint: bool = setting(
+        True,
+        "resume from the latest checkpoint of <project>/<name>; false starts <name>_<timestamp>",
+    )
+    ray_namespace: str | None = setting(
+        None, "Ray namespace of the run's actors; unset: <project>/<name>"
+    )
     seed: int = setting(42, "seed of sampling, shuffling and initialisation")
     algorithm: AlgorithmConfig = setting(AlgorithmConfig, "algorithm and its parts")
     model: ModelConfig = setting(ModelConfig, "the trained model and token limits")
@@ -60,6 +71,10 @@ class Config:
     synchronizer: SynchronizerConfig = setting(SynchronizerConfig, "weight synchronization")
     monitor: MonitorConfig = setting(MonitorConfig, "metrics destination")
     service: ServiceConfig = setting(ServiceConfig, "external services")
-    data_processor: DataProcessorConfig = setting(DataProcessorConfig, "task and experience pipelines")
+    data_processor: DataProcessorConfig = setting(
+        DataProcessorConfig, "task and experience pipelines"
+    )
     log: LogConfig = setting(LogConfig, "per-actor log files")
-    stages: list[StageConfig] = setting([], "stages run in sequence, each overriding parts of this config")
+    stages: list[StageConfig] = setting(
+        [], "stages run in sequence, each overriding parts of this config"
+    )

@@ -22,7 +22,9 @@ class TaskPipelineConfig:
 
     num_process: int = setting(1, "worker processes of the pipeline")
     operators: list[OperatorConfig] = setting([], "operators applied in order")
-    inputs: list[str] = setting([], "raw task files; the output becomes buffer.explorer_input.taskset")
+    inputs: list[str] = setting(
+        [], "raw task files; the output becomes buffer.explorer_input.taskset"
+    )
     target_fields: list[str] = setting([], "fields of the raw tasks the operators read and keep")
 
 
@@ -30,12 +32,18 @@ class TaskPipelineConfig:
 class ExperiencePipelineConfig:
     """Runs on every batch of experiences between the explorer and the buffer."""
 
-    operators: list[OperatorConfig] = setting([], "operators applied in order (e.g. reward shaping, filters)")
+    operators: list[OperatorConfig] = setting(
+        [], "operators applied in order (e.g. reward shaping, filters)"
+    )
 
 
 @dataclass
 class DataProcessorConfig:
     """Task and experience pipelines."""
 
-    task_pipeline: TaskPipelineConfig | None = setting(None, "task preprocessing; unset: tasks are used as read")
-    experience_pipeline: ExperiencePipelineConfig = setting(ExperiencePipelineConfig, "experience processing")
+    task_pipeline: TaskPipelineConfig | None = setting(
+        None, "task preprocessing; unset: tasks are used as read"
+    )
+    experience_pipeline: ExperiencePipelineConfig = setting(
+        ExperiencePipelineConfig, "experience processing"
+    )

@@ -17,20 +17,31 @@ class InferenceModelConfig:
 
     model_path: str = setting("", "weights to serve; empty for the rollout model: model.model_path")
     engine_type: EngineType = setting(
-        "transformers", "inference engine; vllm and vllm_async both mean the fastest engine available"
+        "transformers",
+        "inference engine; vllm and vllm_async both mean the fastest engine available",
     )
     engine_num: int = setting(1, "number of engine replicas")
     tensor_parallel_size: int = setting(1, "devices per engine replica")
     enable_history: bool = setting(False, "record every call's experiences in the model wrapper")
-    gpu_memory_utilization: float = setting(0.9, "fraction of each GPU the engine may take (GPU engines only)")
-    enable_thinking: bool = setting(False, "let chat templates that support it emit a thinking section")
-    enable_openai_api: bool = setting(False, "serve an OpenAI-compatible endpoint on the same engine")
+    gpu_memory_utilization: float = setting(
+        0.9, "fraction of each GPU the engine may take (GPU engines only)"
+    )
+    enable_thinking: bool = setting(
+        False, "let chat templates that support it emit a thinking section"
+    )
+    enable_openai_api: bool = setting(
+        False, "serve an OpenAI-compatible endpoint on the same engine"
+    )
     enforce_eager: bool = setting(True, "disable graph capture in engines that support it")
     enable_prefix_caching: bool = setting(False, "reuse KV cache across requests sharing a prefix")
     dtype: Dtype | None = setting(None, "engine dtype; unset: model.dtype")
     seed: int | None = setting(None, "sampling seed of the engine; unset: the global seed")
-    chat_template: str | None = setting(None, "chat template; unset for the rollout model: model.custom_chat_template")
-    max_prompt_tokens: int | None = setting(None, "longest prompt; unset for the rollout model: model.max_prompt_tokens")
+    chat_template: str | None = setting(
+        None, "chat template; unset for the rollout model: model.custom_chat_template"
+    )
+    max_prompt_tokens: int | None = setting(
+        None, "longest prompt; unset for the rollout model: model.max_prompt_tokens"
+    )
     max_response_tokens: int | None = setting(
         None, "most generated tokens; unset for the rollout model: model.max_response_tokens"
     )
@@ -48,10 +59,16 @@ class ExplorerConfig:
     max_timeout: float = setting(900, "seconds a workflow may run before it is abandoned")
     max_retry_times: int = setting(2, "retries of a failed workflow")
     env_vars: dict[str, str] = setting({}, "environment variables set in every workflow runner")
-    rollout_model: InferenceModelConfig = setting(InferenceModelConfig, "the engines that roll out the policy")
-    auxiliary_models: list[InferenceModelConfig] = setting([], "extra models workflows may call (judges, reward models)")
+    rollout_model: InferenceModelConfig = setting(
+        InferenceModelConfig, "the engines that roll out the policy"
+    )
+    auxiliary_models: list[InferenceModelConfig] = setting(
+        [], "extra models workflows may call (judges, reward models)"
+    )
     eval_interval: int = setting(100, "explore steps between evaluations on the eval tasksets")
-    eval_on_startup: bool = setting(True, "evaluate the initial model at step 0 (not when resuming)")
+    eval_on_startup: bool = setting(
+        True, "evaluate the initial model at step 0 (not when resuming)"
+    )
     bench_on_latest_checkpoint: bool = setting(
         False, "bench mode: evaluate only the latest checkpoint instead of every saved one"
     )

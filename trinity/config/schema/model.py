@@ -14,24 +14,38 @@ Dtype = Literal["bfloat16", "float32"]
 class ModelConfig:
     """The trained model and the limits every engine and the trainer share."""
 
-    model_path: str = setting("", "local directory, .gguf file, hub id or built-in name of the policy")
+    model_path: str = setting(
+        "", "local directory, .gguf file, hub id or built-in name of the policy"
+    )
     critic_model_path: str = setting("", "initial weights of the critic; empty: model_path")
     max_model_len: int | None = setting(
-        None, "longest sequence (prompt + response) in tokens; unset: max_prompt_tokens + max_response_tokens"
+        None,
+        "longest sequence (prompt + response) in tokens; unset: max_prompt_tokens + max_response_tokens",
     )
     max_prompt_tokens: int | None = setting(
-        None, "longest prompt in tokens; unset: max_model_len - max_response_tokens when both are known"
+        None,
+        "longest prompt in tokens; unset: max_model_len - max_response_tokens when both are known",
     )
     max_response_tokens: int | None = setting(
-        None, "most tokens generated per response; unset: max_model_len - max_prompt_tokens when both are known"
+        None,
+        "most tokens generated per response; unset: max_model_len - max_prompt_tokens when both are known",
     )
-    min_response_tokens: int = setting(1, "fewest tokens generated per response; below max_response_tokens")
+    min_response_tokens: int = setting(
+        1, "fewest tokens generated per response; below max_response_tokens"
+    )
     enable_prompt_truncation: bool = setting(
-        True, "cut prompts longer than max_prompt_tokens (their experiences are left out of the loss)"
+        True,
+        "cut prompts longer than max_prompt_tokens (their experiences are left out of the loss)",
     )
-    custom_chat_template: str | None = setting(None, "Jinja chat template replacing the tokenizer's")
+    custom_chat_template: str | None = setting(
+        None, "Jinja chat template replacing the tokenizer's"
+    )
     temperature: float = setting(1.0, "default sampling temperature of rollouts")
     top_p: float = setting(1.0, "default nucleus-sampling probability mass of rollouts")
     top_k: int = setting(-1, "default top-k of rollouts; -1 disables")
-    logprobs: int = setting(0, "default number of top alternatives whose logprobs are returned per token")
-    dtype: Dtype = setting("bfloat16", "parameter/compute dtype of rollout and training: bfloat16 or float32")
+    logprobs: int = setting(
+        0, "default number of top alternatives whose logprobs are returned per token"
+    )
+    dtype: Dtype = setting(
+        "bfloat16", "parameter/compute dtype of rollout and training: bfloat16 or float32"
+    )

@@ -18,7 +18,9 @@ class ClusterConfig:
 
     node_num: int = setting(1, "number of nodes")
     gpu_per_node: int = setting(0, "GPUs used on each node; 0 runs everything on CPU")
-    ray_address: str = setting("auto", "Ray cluster to join; auto or empty: join a running one, else start a local one")
+    ray_address: str = setting(
+        "auto", "Ray cluster to join; auto or empty: join a running one, else start a local one"
+    )
 
 
 @dataclass
@@ -26,7 +28,8 @@ class SynchronizerConfig:
     """How new weights travel from the trainer to the rollout models."""
 
     sync_method: SyncMethod | None = setting(
-        None, "nccl (collective broadcast), memory (object store) or checkpoint (files); unset: nccl in mode both, else checkpoint"
+        None,
+        "nccl (collective broadcast), memory (object store) or checkpoint (files); unset: nccl in mode both, else checkpoint",
     )
     sync_interval: int = setting(1, "train steps between weight synchronizations")
     sync_offset: int = setting(0, "explore steps the explorer may run ahead before training starts")
@@ -41,8 +44,12 @@ class MonitorConfig:
     """Where metrics go."""
 
     monitor_type: MonitorType = setting("tensorboard", "tensorboard, wandb, mlflow or console")
-    monitor_args: dict[str, Any] = setting({}, "arguments of the monitor (wandb: base_url, api_key; mlflow: uri, username, password)")
-    enable_ray_timeline: bool = setting(False, "write a Chrome-trace timeline.json of Ray tasks to the monitor directory")
+    monitor_args: dict[str, Any] = setting(
+        {}, "arguments of the monitor (wandb: base_url, api_key; mlflow: uri, username, password)"
+    )
+    enable_ray_timeline: bool = setting(
+        False, "write a Chrome-trace timeline.json of Ray tasks to the monitor directory"
+    )
 
 
 @dataclass
@@ -66,4 +73,6 @@ class DataJuicerServiceConfig:
 class ServiceConfig:
     """External services."""
 
-    data_juicer: DataJuicerServiceConfig | None = setting(None, "Data-Juicer service; unset: not used")
+    data_juicer: DataJuicerServiceConfig | None = setting(
+        None, "Data-Juicer service; unset: not used"
+    )

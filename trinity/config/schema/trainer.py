@@ -21,7 +21,8 @@ class TrainerConfig:
 
     name: str = setting("trainer", "Ray actor name of the trainer; unique per experiment")
     trainer_type: Literal["torch", "verl"] = setting(
-        "torch", "training backend; verl names the same built-in trainer configured in the veRL layout"
+        "torch",
+        "training backend; verl names the same built-in trainer configured in the veRL layout",
     )
     save_interval: int = setting(0, "train steps between checkpoints; 0: only at the end")
     total_steps: int | None = setting(
@@ -34,7 +35,8 @@ class TrainerConfig:
         None, "detailed settings in the veRL layout; unset: defaults (or trainer_config_path)"
     )
     trainer_config_path: str = setting(
-        "", "YAML file with the detailed settings; read by load_config; exclusive with trainer_config"
+        "",
+        "YAML file with the detailed settings; read by load_config; exclusive with trainer_config",
     )
     use_dynamic_bsz: bool | None = setting(
         None, "pack micro-batches by token count; overrides actor.use_dynamic_bsz"
@@ -47,5 +49,6 @@ class TrainerConfig:
     )
     grad_clip: float | None = setting(None, "gradient-norm clip; overrides actor.grad_clip")
     enable_gradient_checkpointing: bool | None = setting(
-        None, "recompute activations in backward; overrides actor_rollout_ref.model.enable_gradient_checkpointing"
+        None,
+        "recompute activations in backward; overrides actor_rollout_ref.model.enable_gradient_checkpointing",
     )

@@ -24,7 +24,9 @@ class WrapPolicyConfig:
     transformer_layer_cls_to_wrap: list[str] | None = setting(
         None, "class names of the layers wrapped one by one; unset: the model's decoder layers"
     )
-    min_num_params: int = setting(0, "wrap any module with at least this many parameters (0: by class only)")
+    min_num_params: int = setting(
+        0, "wrap any module with at least this many parameters (0: by class only)"
+    )
 
 
 @dataclass
@@ -42,19 +44,27 @@ class FsdpConfig:
 class FusedKernelOptions:
     """Backend of the fused kernels."""
 
-    impl_backend: Literal["triton", "torch"] | None = setting(None, "triton or torch; unset: the default of the kernels")
+    impl_backend: Literal["triton", "torch"] | None = setting(
+        None, "triton or torch; unset: the default of the kernels"
+    )
 
 
 @dataclass
 class ActorModelConfig:
     """How the policy model is built for training."""
 
-    external_lib: str | None = setting(None, "module imported before the model is built (custom architectures)")
+    external_lib: str | None = setting(
+        None, "module imported before the model is built (custom architectures)"
+    )
     override_config: dict[str, Any] = setting({}, "entries overriding the model's own config")
-    enable_gradient_checkpointing: bool = setting(True, "recompute activations in backward to save memory")
+    enable_gradient_checkpointing: bool = setting(
+        True, "recompute activations in backward to save memory"
+    )
     use_remove_padding: bool = setting(True, "pack sequences without pad tokens for speed")
     use_fused_kernels: bool = setting(False, "use fused kernels for logprobs and entropy")
-    fused_kernel_options: FusedKernelOptions = setting(FusedKernelOptions, "options of the fused kernels")
+    fused_kernel_options: FusedKernelOptions = setting(
+        FusedKernelOptions, "options of the fused kernels"
+    )
 
 
 @dataclass
@@ -62,10 +72,12 @@ class CheckpointContentsConfig:
     """What a checkpoint holds."""
 
     load_contents: list[CheckpointContent] = setting(
-        ["model", "optimizer", "extra"], "parts read when resuming: model, optimizer, extra, hf_model"
+        ["model", "optimizer", "extra"],
+        "parts read when resuming: model, optimizer, extra, hf_model",
     )
     save_contents: list[CheckpointContent] = setting(
-        ["model", "optimizer", "extra"], "parts written at save time; hf_model adds a Hugging Face copy"
+        ["model", "optimizer", "extra"],
+        "parts written at save time; hf_model adds a Hugging Face copy",
     )
 
 
@@ -73,18 +85,32 @@ class CheckpointContentsConfig:
 class ActorConfig:
     """Policy update: micro-batching, epochs, clipping, optimizer, sharding."""
 
-    strategy: Literal["fsdp", "fsdp2"] = setting("fsdp", "data-parallel strategy name (veRL compatibility)")
-    ppo_micro_batch_size_per_gpu: int = setting(4, "experiences per forward/backward pass on one rank")
-    use_dynamic_bsz: bool = setting(False, "pack micro-batches by token count instead of a fixed size")
-    ppo_max_token_len_per_gpu: int = setting(16384, "tokens per packed micro-batch on one rank (use_dynamic_bsz)")
+    strategy: Literal["fsdp", "fsdp2"] = setting(
+        "fsdp", "data-parallel strategy name (veRL compatibility)"
+    )
+    ppo_micro_batch_size_per_gpu: int = setting(
+        4, "experiences per forward/backward pass on one rank"
+    )
+    use_dynamic_bsz: bool = setting(
+        False, "pack micro-batches by token count instead of a fixed size"
+    )
+    ppo_max_token_len_per_gpu: int = setting(
+        16384, "tokens per packed micro-batch on one rank (use_dynamic_bsz)"
+    )
     grad_clip: float = setting(1.0, "clip the global gradient norm to this value")
     ppo_epochs: int = setting(1, "passes over each train batch")
     shuffle: bool = setting(False, "shuffle experiences between passes")
     ulysses_sequence_parallel_size: int = setting(1, "ranks one sequence is split over")
-    entropy_from_logits_with_chunking: bool = setting(False, "compute entropy in chunks to lower peak memory")
-    entropy_checkpointing: bool = setting(False, "recompute entropy in backward instead of storing it")
+    entropy_from_logits_with_chunking: bool = setting(
+        False, "compute entropy in chunks to lower peak memory"
+    )
+    entropy_checkpointing: bool = setting(
+        False, "recompute entropy in backward instead of storing it"
+    )
     checkpoint: CheckpointContentsConfig = setting(CheckpointContentsConfig, "checkpoint contents")
-    optim: OptimizerConfig | None = setting(None, "actor optimizer; resolved from algorithm.optimizer, which it must match")
+    optim: OptimizerConfig | None = setting(
+        None, "actor optimizer; resolved from algorithm.optimizer, which it must match"
+    )
     fsdp_config: FsdpConfig = setting(FsdpConfig, "sharding of the policy")
 
 
@@ -97,9 +123,15 @@ class RefConfig:
         None, "experiences per reference forward pass on one rank; unset: the actor's micro-batch"
     )
     log_prob_use_dynamic_bsz: bool | None = setting(None, "pack by token count; unset: the actor's")
-    log_prob_max_token_len_per_gpu: int | None = setting(None, "tokens per packed micro-batch; unset: the actor's")
-    ulysses_sequence_parallel_size: int | None = setting(None, "sequence-parallel size; unset: the actor's")
-    entropy_from_logits_with_chunking: bool | None = setting(None, "chunked entropy; unset: the actor's")
+    log_prob_max_token_len_per_gpu: int | None = setting(
+        None, "tokens per packed micro-batch; unset: the actor's"
+    )
+    ulysses_sequence_parallel_size: int | None = setting(
+        None, "sequence-parallel size; unset: the actor's"
+    )
+    entropy_from_logits_with_chunking: bool | None = setting(
+        None, "chunked entropy; unset: the actor's"
+    )
     entropy_checkpointing: bool | None = setting(None, "entropy recomputation; unset: the actor's")
 
 
@@ -111,7 +143,9 @@ class RolloutLogProbConfig:
         None, "experiences per forward pass on one rank; unset: the actor's micro-batch"
     )
     log_prob_use_dynamic_bsz: bool | None = setting(None, "pack by token count; unset: the actor's")
-    log_prob_max_token_len_per_gpu: int | None = setting(None, "tokens per packed micro-batch; unset: the actor's")
+    log_prob_max_token_len_per_gpu: int | None = setting(
+        None, "tokens per packed micro-batch; unset: the actor's"
+    )
 
 
 @dataclass
@@ -130,8 +164,12 @@ class CriticModelConfig:
     """How the critic (value model) is built."""
 
     override_config: dict[str, Any] = setting({}, "entries overriding the critic model's config")
-    external_lib: str | None = setting(None, "module imported before the critic is built; unset: the actor's")
-    enable_gradient_checkpointing: bool = setting(True, "recompute activations in backward to save memory")
+    external_lib: str | None = setting(
+        None, "module imported before the critic is built; unset: the actor's"
+    )
+    enable_gradient_checkpointing: bool = setting(
+        True, "recompute activations in backward to save memory"
+    )
     use_remove_padding: bool = setting(False, "pack sequences without pad tokens for speed")
     fsdp_config: FsdpConfig = setting(FsdpConfig, "sharding of the critic")
 
@@ -140,15 +178,23 @@ class CriticModelConfig:
 class CriticConfig:
     """Value-model update (used when algorithm.use_critic); unset values follow the actor."""
 
-    strategy: Literal["fsdp", "fsdp2"] = setting("fsdp", "data-parallel strategy name (veRL compatibility)")
-    optim: OptimizerConfig = setting(factory=lambda: OptimizerConfig(lr=1e-5), help="critic optimizer")
+    strategy: Literal["fsdp", "fsdp2"] = setting(
+        "fsdp", "data-parallel strategy name (veRL compatibility)"
+    )
+    optim: OptimizerConfig = setting(
+        factory=lambda: OptimizerConfig(lr=1e-5), help="critic optimizer"
+    )
     model: CriticModelConfig = setting(CriticModelConfig, "how the critic is built")
-    ppo_micro_batch_size_per_gpu: int = setting(8, "experiences per critic forward/backward pass on one rank")
+    ppo_micro_batch_size_per_gpu: int = setting(
+        8, "experiences per critic forward/backward pass on one rank"
+    )
     forward_micro_batch_size_per_gpu: int | None = setting(
         None, "experiences per value-only forward pass; unset: ppo_micro_batch_size_per_gpu"
     )
     use_dynamic_bsz: bool | None = setting(None, "pack by token count; unset: the actor's")
-    ppo_max_token_len_per_gpu: int | None = setting(None, "tokens per packed micro-batch; unset: twice the actor's")
+    ppo_max_token_len_per_gpu: int | None = setting(
+        None, "tokens per packed micro-batch; unset: twice the actor's"
+    )
     forward_max_token_len_per_gpu: int | None = setting(
         None, "tokens per packed value-only micro-batch; unset: ppo_max_token_len_per_gpu"
     )
@@ -165,13 +211,18 @@ class VerlLoopConfig:
 
     balance_batch: bool = setting(True, "balance tokens across ranks when splitting a batch")
     resume_mode: Literal["auto", "disable", "resume_path"] = setting(
-        "auto", "auto: latest checkpoint if any; disable: from scratch; resume_path: resume_from_path"
+        "auto",
+        "auto: latest checkpoint if any; disable: from scratch; resume_path: resume_from_path",
     )
     resume_from_path: str = setting("", "checkpoint directory used when resume_mode is resume_path")
     critic_warmup: int = setting(0, "steps that train only the critic before the policy is updated")
     default_hdfs_dir: str | None = setting(None, "remote directory checkpoints are copied to")
-    remove_previous_ckpt_in_save: bool = setting(False, "delete the previous checkpoint after saving a new one")
-    del_local_ckpt_after_load: bool = setting(False, "delete a local checkpoint once it has been loaded")
+    remove_previous_ckpt_in_save: bool = setting(
+        False, "delete the previous checkpoint after saving a new one"
+    )
+    del_local_ckpt_after_load: bool = setting(
+        False, "delete a local checkpoint once it has been loaded"
+    )
     max_actor_ckpt_to_keep: int | None = setting(None, "most actor checkpoints kept; unset: all")
     max_critic_ckpt_to_keep: int | None = setting(None, "most critic checkpoints kept; unset: all")
 
@@ -180,6 +231,8 @@ class VerlLoopConfig:
 class VerlTrainerConfig:
     """The whole ``trainer.trainer_config`` (or the file named by ``trainer_config_path``)."""
 
-    actor_rollout_ref: ActorRolloutRefConfig = setting(ActorRolloutRefConfig, "policy, reference and logprobs")
+    actor_rollout_ref: ActorRolloutRefConfig = setting(
+        ActorRolloutRefConfig, "policy, reference and logprobs"
+    )
     critic: CriticConfig = setting(CriticConfig, "value model")
     trainer: VerlLoopConfig = setting(VerlLoopConfig, "checkpointing and resumption")

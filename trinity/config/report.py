@@ -1,0 +1,184 @@
+"""``trinity run --dry-run``: the resolved config plus the arithmetic it implies.
+
+Shows how many tasks, rollouts and experiences each step handles, how a train step is cut
+into micro-batches on each trainer rank, how long the run is, and where each part runs.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+from trinity.config.loader import to_yaml
+from trinity.config.resolve import train_steps
+from trinity.config.schema import Config
+
+
+def dry_run_report(
+    cfg: Config, *, gpus_available: int | None = None, cpus: int | None = None
+) -> str:
+    """Human-readable report of a resolved config.
+
+    ``gpus_available`` (GPUs on this machine, if known) turns a GPU cluster config into a
+    CPU plan when it is 0; ``cpus`` defaults to this machine's CPU count.
+    """
+    on_cpu = cfg.cluster.gpu_per_node == 0 or gpus_available == 0
+    ranks = _trainer_ranks(cfg, on_cpu)
+    lines = ["# Resolved configuration", to_yaml(cfg).rstrip(), "", "# Batch arithmetic"]
+    if cfg.mode == "bench":
+        lines += _bench_lines(cfg)
+    elif cfg.mode in ("both", "explore"):
+        lines += _explore_lines(cfg)
+    lines += _train_lines(cfg, ranks) if cfg.mode in ("both", "train") else []
+    lines += ["", "# Resources"]
+    lines += _cpu_lines(cfg, ranks, cpus or os.cpu_count() or 1) if on_cpu else _gpu_lines(cfg)
+    return "\n".join(lines) + "\n"
+
+
+def _explore_lines(cfg: Config) -> list[str]:
+    buffer = cfg.buffer
+    tasksets = buffer.explorer_input.tasksets
+    rollouts = tasksets[0].repeat_times if tasksets else cfg.algorithm.repeat_times
+    assert rollouts is not None  # resolved
+    lines = [
+        f"tasks per explore step (buffer.batch_size): {buffer.batch_size}",
+        f"rollouts per task (repeat_times): {rollouts}",
+        f"experiences per explore step: {buffer.batch_size} x {rollouts} = {buffer.batch_size * rollouts}",
+    ]
+    if buffer.total_steps is not None:
+        lines.append(f"explore steps: {buffer.total_steps} (buffer.total_steps)")
+    else:
+        lines.append(
+            f"explore steps: unknown until the taskset is read: {buffer.total_epochs} epoch(s) x "
+            f"ceil(tasks / {buffer.batch_size})"
+        )
+    for taskset in buffer.explorer_input.eval_tasksets:
+        lines.append(
+            f"eval taskset {taskset.name}: {taskset.repeat_times} rollout(s) per task, "
+            f"every {cfg.explorer.eval_interval} explore steps"
+        )
+    return lines
+
+
+def _bench_lines(cfg: Config) -> list[str]:
+    which = (
+        "the latest checkpoint"
+        if cfg.explorer.bench_on_latest_checkpoint
+        else "every saved checkpoint"
+    )
+    lines = [f"bench evaluates {which} of {cfg.checkpoint_root_dir}/{cfg.project}/{cfg.name}"]
+    for taskset in cfg.buffer.explorer_input.eval_tasksets:
+        lines.append(f"eval taskset {taskset.name}: {taskset.repeat_times} rollout(s) per task")
+    return lines
+
+
+def _train_lines(cfg: Config, ranks: int) -> list[str]:
+    buffer, trainer = cfg.buffer, cfg.trainer
+    train_batch = buffer.train_batch_size
+    assert train_batch is not None and trainer.trainer_config is not None  # resolved
+    actor = trainer.trainer_config.actor_rollout_ref.actor
+    per_rank = math.ceil(train_batch / ranks)
+    lines = [f"experiences per train step (buffer.train_batch_size): {train_batch}"]
+    if cfg.mode == "both":
+        tasksets = buffer.explorer_input.tasksets
+        rollouts = tasksets[0].repeat_times if tasksets and tasksets[0].repeat_times else 1
+        produced = buffer.batch_size * rollouts
+        ratio = train_batch / produced
+        lines.append(f"explore steps per train step: {train_batch} / {produced} = {ratio:g}")
+        lines.append(
+            f"weights synchronised every {cfg.synchronizer.sync_interval} train step(s) "
+            f"by {cfg.synchronizer.sync_method}; explorer may run {cfg.synchronizer.sync_offset} step(s) ahead"
+        )
+    uneven = (
+        "" if train_batch % ranks == 0 else f" (uneven: {train_batch} is not a multiple of {ranks})"
+    )
+    lines.append(f"trainer ranks: {ranks}; experiences per rank per train step: {per_rank}{uneven}")
+    if actor.use_dynamic_bsz:
+        longest = cfg.model.max_model_len or 1
+        worst = math.ceil(per_rank / max(1, actor.ppo_max_token_len_per_gpu // longest))
+        lines.append(
+            f"micro-batches per rank: packed to {actor.ppo_max_token_len_per_gpu} tokens each "
+            f"(use_dynamic_bsz); their number depends on lengths, at most {worst} if every sequence "
+            f"is max_model_len ({longest}) long"
+        )
+        accumulation = f"one per packed micro-batch (at most {worst})"
+    else:
+        micro = min(actor.ppo_micro_batch_size_per_gpu, per_rank)
+        count = math.ceil(per_rank / micro)
+        lines.append(
+            f"micro-batch size per rank: {micro}; micro-batches per rank per train step: {count}"
+        )
+        accumulation = str(count)
+    lines.append(f"gradient accumulation steps per optimizer step: {accumulation}")
+    lines.append(f"optimizer steps per train step (ppo_epochs): {actor.ppo_epochs}")
+    steps = train_steps(cfg)
+    if steps is not None:
+        lines.append(f"total train steps: {steps}")
+    else:
+        lines.append(
+            "total train steps: unknown until the taskset size is known (set buffer.total_steps to fix it)"
+        )
+    return lines
+
+
+def _trainer_ranks(cfg: Config, on_cpu: bool) -> int:
+    if on_cpu:
+        return cfg.cluster.node_num  # one trainer process per node on CPU
+    total = cfg.cluster.node_num * cfg.cluster.gpu_per_node
+    if cfg.mode == "train":
+        return total
+    return max(1, total - _explorer_gpus(cfg))
+
+
+def _explorer_gpus(cfg: Config) -> int:
+    engines = [cfg.explorer.rollout_model, *cfg.explorer.auxiliary_models]
+    return sum(e.engine_num * e.tensor_parallel_size for e in engines)
+
+
+def _gpu_lines(cfg: Config) -> list[str]:
+    total = cfg.cluster.node_num * cfg.cluster.gpu_per_node
+    rollout = cfg.explorer.rollout_model
+    lines = [f"GPUs: {cfg.cluster.node_num} node(s) x {cfg.cluster.gpu_per_node} = {total}"]
+    used = 0
+    if cfg.mode != "train":
+        used = _explorer_gpus(cfg)
+        lines.append(
+            f"explorer rollout model: {rollout.engine_num} engine(s) x {rollout.tensor_parallel_size} GPU(s) = "
+            f"{rollout.engine_num * rollout.tensor_parallel_size}"
+        )
+        for i, aux in enumerate(cfg.explorer.auxiliary_models):
+            lines.append(
+                f"auxiliary model {i} ({aux.model_path}): {aux.engine_num} x {aux.tensor_parallel_size} = "
+                f"{aux.engine_num * aux.tensor_parallel_size}"
+            )
+    trainer = total - used if cfg.mode in ("both", "train") else 0
+    lines.append(f"trainer: {trainer} GPU(s)" + (" (the rest)" if cfg.mode == "both" else ""))
+    return lines
+
+
+def _cpu_lines(cfg: Config, ranks: int, cpus: int) -> list[str]:
+    lines = ["no GPU: everything runs on CPU"]
+    if cfg.cluster.gpu_per_node:
+        lines[0] += (
+            f" (cluster.gpu_per_node is {cfg.cluster.gpu_per_node} but this machine has none)"
+        )
+    compute = 0
+    if cfg.mode != "train":
+        rollout = cfg.explorer.rollout_model
+        engines = rollout.engine_num * rollout.tensor_parallel_size
+        aux = sum(m.engine_num * m.tensor_parallel_size for m in cfg.explorer.auxiliary_models)
+        runners = cfg.explorer.runner_per_model * rollout.engine_num
+        compute += engines + aux
+        lines.append(f"rollout engine processes: {engines}; auxiliary model processes: {aux}")
+        lines.append(
+            f"workflow runners: {runners} ({cfg.explorer.runner_per_model} per engine; they wait on the engines)"
+        )
+    if cfg.mode in ("both", "train"):
+        compute += ranks
+        lines.append(f"trainer processes: {ranks} (one per node)")
+    share = cpus / max(1, compute)
+    lines.append(
+        f"{cpus} CPU(s) shared by {compute} compute process(es): {share:.2f} CPU each; "
+        "explorer, runners, buffer and synchronizer request 0 CPU"
+    )
+    return lines
