@@ -1,7 +1,10 @@
 """The buffer: tasksets in, experiences between explorer and trainer.
 
 - ``TasksetReader`` reads ``Task`` batches from file or SQL tasksets;
-- ``ExperienceQueue`` is the in-memory FIFO between explorer and trainer;
+- ``make_experience_buffer(storage_cfg)`` builds the experience buffer a config names:
+  ``ExperienceQueue`` (the in-memory FIFO between explorer and trainer),
+  ``PriorityExperienceQueue`` (freshest first, optional reuse), or a ``StorageBuffer``
+  over SQL or JSON lines;
 - ``SQLExperienceStorage`` and ``JsonlWriter``/``JsonlReader`` persist experiences
   (the ``sql`` and ``file`` buffers, and the queue's backup);
 - ``ExperienceModel`` is the SQL row of an experience (no pickle).
@@ -11,31 +14,47 @@ from trinity.buffer.codec import experience_from_dict, experience_to_dict
 from trinity.buffer.errors import (
     DatasetNotFoundError,
     ExperienceCodecError,
+    InvalidRows,
     MalformedRowError,
     MissingKeyError,
     QueueClosed,
     TasksetExhausted,
 )
+from trinity.buffer.experience_buffer import (
+    ExperienceBuffer,
+    ExperienceBufferConfigError,
+    make_auxiliary_buffers,
+    make_experience_buffer,
+)
 from trinity.buffer.file_reader import find_data_files, read_file, read_rows
 from trinity.buffer.jsonl import JsonlReader, JsonlWriter
+from trinity.buffer.priority_queue import PriorityExperienceQueue
 from trinity.buffer.queue import ExperienceQueue, ExperienceWriter, open_backup
+from trinity.buffer.row_check import KeyRule, format_rules
 from trinity.buffer.schema import ExperienceModel, TaskModel, experience_model, task_model
 from trinity.buffer.sql_storage import SQLExperienceStorage, SQLTaskStorage, database_url
+from trinity.buffer.storage_buffer import StorageBuffer, jsonl_buffer, sql_buffer
 from trinity.buffer.task_reader import TasksetReader
 
 __all__ = [
     "DatasetNotFoundError",
+    "ExperienceBuffer",
+    "ExperienceBufferConfigError",
     "ExperienceCodecError",
     "ExperienceModel",
     "ExperienceQueue",
     "ExperienceWriter",
+    "InvalidRows",
     "JsonlReader",
     "JsonlWriter",
+    "KeyRule",
     "MalformedRowError",
     "MissingKeyError",
+    "PriorityExperienceQueue",
     "QueueClosed",
     "SQLExperienceStorage",
     "SQLTaskStorage",
+    "StorageBuffer",
     "TaskModel",
     "TasksetExhausted",
     "TasksetReader",
@@ -44,8 +63,13 @@ __all__ = [
     "experience_model",
     "experience_to_dict",
     "find_data_files",
+    "format_rules",
+    "jsonl_buffer",
+    "make_auxiliary_buffers",
+    "make_experience_buffer",
     "open_backup",
     "read_file",
     "read_rows",
+    "sql_buffer",
     "task_model",
 ]

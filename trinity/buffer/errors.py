@@ -32,3 +32,25 @@ class QueueClosed(Exception):
 
 class ExperienceCodecError(TypeError):
     """An experience field cannot be stored without pickle (e.g. a tensor in ``info``)."""
+
+
+class InvalidRows:
+    """Rows skipped because they were malformed (``skip_invalid_rows: true``).
+
+    Keeps the count and the first ``keep`` messages (file, line, problem) so a summary
+    can say what was wrong without holding every message of a bad file.
+    """
+
+    def __init__(self, keep: int = 5) -> None:
+        self.count = 0
+        self.examples: list[str] = []
+        self._keep = keep
+
+    def record(self, message: str) -> None:
+        self.count += 1
+        if len(self.examples) < self._keep:
+            self.examples.append(message)
+
+    def summary(self) -> str:
+        more = f" (first {len(self.examples)} shown)" if self.count > len(self.examples) else ""
+        return f"skipped {self.count} invalid row(s){more}: " + "; ".join(self.examples)

@@ -17,6 +17,12 @@ then, in ``<dir>`` and ``<dir>/data``:
 
 If no file carries any split name, all files are the ``train`` split. When files of
 several formats match, one format is used, in the order parquet, arrow, jsonl, json, csv.
+
+A malformed row (bad JSON, not an object, a CSV line with the wrong number of fields,
+a missing or wrongly typed prompt key) raises an error naming the file, the line (or
+row) and the key; given an ``InvalidRows``, the reader skips and records it instead
+(``skip_invalid_rows: true``). A file that cannot be parsed at all (a broken JSON
+list, a corrupt parquet file) always raises.
 """
 
 from __future__ import annotations
@@ -25,10 +31,16 @@ import csv
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from trinity.buffer.errors import DatasetNotFoundError, MalformedRowError, MissingKeyError
+from trinity.buffer.errors import (
+    DatasetNotFoundError,
+    InvalidRows,
+    MalformedRowError,
+    MissingKeyError,
+)
+from trinity.buffer.row_check import KeyRule, as_rules, row_problem
 
 FORMATS = {
     ".parquet": "parquet",
@@ -52,16 +64,19 @@ def read_rows(
     path: str,
     split: str = "train",
     subset_name: str | None = None,
-    required_keys: Mapping[str, str] | None = None,
+    required_keys: Mapping[str, str] | Iterable[KeyRule] | None = None,
+    invalid: InvalidRows | None = None,
 ) -> list[dict[str, Any]]:
     """All rows of ``split`` under ``path``, in file order.
 
     ``required_keys`` maps a key every row must have to the setting that names it
-    (``{"question": "format.prompt_key"}``), for the error message.
+    (``{"question": "format.prompt_key"}``), for the error message, or is a list of
+    ``KeyRule`` that also check the value's kind. A malformed row raises (naming file,
+    line and key) unless ``invalid`` is given: then it is skipped and recorded there.
     """
     rows: list[dict[str, Any]] = []
     for file in find_data_files(path, split, subset_name):
-        rows.extend(read_file(file, required_keys))
+        rows.extend(read_file(file, required_keys, invalid))
     return rows
 
 
@@ -103,8 +118,12 @@ def find_data_files(path: str, split: str = "train", subset_name: str | None = N
     )
 
 
-def read_file(file: str, required_keys: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
-    """Rows of one data file, each checked for ``required_keys``."""
+def read_file(
+    file: str,
+    required_keys: Mapping[str, str] | Iterable[KeyRule] | None = None,
+    invalid: InvalidRows | None = None,
+) -> list[dict[str, Any]]:
+    """Rows of one data file, each checked against ``required_keys`` (see ``read_rows``)."""
     fmt = FORMATS.get(os.path.splitext(file)[1].lower())
     if fmt is None:
         raise DatasetNotFoundError(
@@ -115,18 +134,37 @@ def read_file(file: str, required_keys: Mapping[str, str] | None = None) -> list
     elif fmt == "csv":
         located = _read_csv(file)
     else:
-        located = [(f"row {i} (0-based)", row) for i, row in enumerate(_read_table(file, fmt))]
-    for where, row in located:
-        for key, setting in (required_keys or {}).items():
-            if key not in row:
-                raise MissingKeyError(
-                    f"{file}, {where}: missing key '{key}' (named by {setting}); "
-                    f"the row has keys {sorted(row)}"
-                )
-    return [row for _, row in located]
+        located = [
+            (f"row {i} (0-based)", row, None) for i, row in enumerate(_read_table(file, fmt))
+        ]
+    rules = as_rules(required_keys)
+    rows = []
+    for where, row, problem in located:
+        error: Exception | None = None
+        if problem is not None:
+            error = MalformedRowError(f"{file}, {where}: {problem}")
+        else:
+            for rule in rules:
+                found = row_problem(row, rule)
+                if found is not None:
+                    message, missing = found
+                    text = f"{file}, {where}: {message}"
+                    error = MissingKeyError(text) if missing else MalformedRowError(text)
+                    break
+        if error is None:
+            rows.append(row)
+        elif invalid is None:
+            raise error
+        else:
+            invalid.record(str(error))
+    return rows
 
 
-def _read_json(file: str, fmt: str) -> list[tuple[str, dict[str, Any]]]:
+# (where, row, problem): a row that cannot be parsed has row None and says why
+Located = list[tuple[str, Any, str | None]]
+
+
+def _read_json(file: str, fmt: str) -> Located:
     with open(file, encoding="utf-8") as f:
         text = f.read()
     if fmt == "json" and text.lstrip().startswith("["):
@@ -136,7 +174,9 @@ def _read_json(file: str, fmt: str) -> list[tuple[str, dict[str, Any]]]:
             raise MalformedRowError(
                 f"{file}, line {exc.lineno} column {exc.colno}: invalid JSON ({exc.msg})"
             ) from None
-        located = [(f"element {i} (0-based)", item) for i, item in enumerate(items)]
+        if not isinstance(items, list):
+            raise MalformedRowError(f"{file}: expected a JSON list of objects")
+        located: Located = [(f"element {i} (0-based)", item, None) for i, item in enumerate(items)]
     else:
         # JSON lines; a .json file holding one object per line is read the same way
         located = []
@@ -144,31 +184,32 @@ def _read_json(file: str, fmt: str) -> list[tuple[str, dict[str, Any]]]:
             if not line.strip():
                 continue
             try:
-                located.append((f"line {number}", json.loads(line)))
+                located.append((f"line {number}", json.loads(line), None))
             except json.JSONDecodeError as exc:
-                raise MalformedRowError(
-                    f"{file}, line {number} column {exc.colno}: invalid JSON ({exc.msg})"
-                ) from None
-    for where, item in located:
-        if not isinstance(item, dict):
-            raise MalformedRowError(
-                f"{file}, {where}: expected a JSON object per row, got {type(item).__name__}"
-            )
-    return located
+                located.append(
+                    (f"line {number} column {exc.colno}", None, f"invalid JSON ({exc.msg})")
+                )
+    return [
+        (where, item, problem)
+        if problem is not None or isinstance(item, dict)
+        else (where, None, f"expected a JSON object per row, got {type(item).__name__}")
+        for where, item, problem in located
+    ]
 
 
-def _read_csv(file: str) -> list[tuple[str, dict[str, Any]]]:
-    located: list[tuple[str, dict[str, Any]]] = []
+def _read_csv(file: str) -> Located:
+    located: Located = []
     with open(file, encoding="utf-8", newline="") as f:
         reader = csv.DictReader(f)
         for row in reader:
             # DictReader files surplus fields under None and fills missing ones with None
             if None in row or None in row.values():
-                raise MalformedRowError(
-                    f"{file}, line {reader.line_num}: the row has a different number of "
-                    f"fields than the header {reader.fieldnames}"
+                problem = (
+                    f"the row has a different number of fields than the header {reader.fieldnames}"
                 )
-            located.append((f"line {reader.line_num}", row))
+                located.append((f"line {reader.line_num}", None, problem))
+            else:
+                located.append((f"line {reader.line_num}", row, None))
     return located
 
 

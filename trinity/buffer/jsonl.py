@@ -2,22 +2,43 @@
 
 The line format is ``trinity.buffer.codec.experience_to_dict`` (tensors as
 ``{"dtype", "shape", "data"}``). Used as the ``file`` experience buffer in explore
-mode and as a queue backup. Each ``write`` appends whole lines, flushes and fsyncs;
-the reader only consumes lines that end in a newline, so a batch cut short by a
-crash is never half-read.
+mode and as a queue backup. Each ``write`` appends whole lines under an exclusive
+``flock`` (so writer processes never interleave), flushes and fsyncs; the reader only
+consumes lines that end in a newline, so a batch cut short by a crash is never
+half-read. A new writer cuts such a partial last line off before appending (under the
+same lock, so it can only be left by a writer that died), which keeps the lines that
+follow readable.
+
+A line that is not a stored experience raises MalformedRowError naming the file and
+line; with ``skip_invalid=True`` it is skipped and counted in ``invalid`` instead.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import logging
 import os
 import threading
+from collections.abc import Iterator
 from collections.abc import Iterable
 from typing import Any
 
 from trinity.buffer.codec import experience_from_dict, experience_to_dict
-from trinity.buffer.errors import MalformedRowError
+from trinity.buffer.errors import InvalidRows, MalformedRowError
 from trinity.types import Experience
+
+logger = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def _file_lock(fd: int) -> Iterator[None]:
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 class JsonlWriter:
@@ -26,18 +47,40 @@ class JsonlWriter:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-        self._file = open(self.path, "a", encoding="utf-8")
+        self._file = open(self.path, "a+b")  # readable: the partial-line check reads
         self._lock = threading.Lock()
+        with self._lock, _file_lock(self._file.fileno()):
+            self._drop_partial_line()
 
     def write(self, exps: Iterable[Experience]) -> None:
         # encode everything first so an unstorable experience writes nothing
         text = "".join(json.dumps(experience_to_dict(exp)) + "\n" for exp in exps)
         if not text:
             return
-        with self._lock:
-            self._file.write(text)
+        with self._lock, _file_lock(self._file.fileno()):
+            self._file.write(text.encode("utf-8"))
             self._file.flush()
             os.fsync(self._file.fileno())
+
+    def _drop_partial_line(self) -> None:
+        fd = self._file.fileno()
+        size = os.fstat(fd).st_size
+        if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+            return
+        end = size
+        while end > 0:  # find the last newline, scanning back in blocks
+            start = max(0, end - 65536)
+            cut = os.pread(fd, end - start, start).rfind(b"\n")
+            if cut >= 0:
+                end = start + cut + 1
+                break
+            end = start
+        logger.warning(
+            "%s: dropping %d bytes of an incomplete last line (a writer stopped mid-write)",
+            self.path,
+            size - end,
+        )
+        os.ftruncate(fd, end)
 
     def close(self) -> None:
         with self._lock:
@@ -54,8 +97,10 @@ class JsonlWriter:
 class JsonlReader:
     """Reads experiences from ``path`` with a resumable cursor (byte offset + line number)."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], skip_invalid: bool = False) -> None:
         self.path = os.fspath(path)
+        self.skip_invalid = skip_invalid
+        self.invalid = InvalidRows()  # lines skipped by read_new
         self._offset = 0  # byte offset of the first unread line
         self._line = 0  # number of lines consumed so far
         self._lock = threading.Lock()
@@ -74,28 +119,37 @@ class JsonlReader:
                         break  # end of file, or a line still being written
                     self._offset += len(raw)
                     self._line += 1
-                    if raw.strip():
-                        out.append(self._decode(raw, self._line))
+                    exp = self._decode(raw, self._line, self.invalid) if raw.strip() else None
+                    if exp is not None:
+                        out.append(exp)
             return out
 
     def read_all(self) -> list[Experience]:
-        """Every complete line of the file, independent of the cursor."""
+        """Every complete line of the file, independent of the cursor (and of ``invalid``)."""
         out: list[Experience] = []
         if not os.path.exists(self.path):
             return out
         with open(self.path, "rb") as f:
             for number, raw in enumerate(f, start=1):
                 if raw.endswith(b"\n") and raw.strip():
-                    out.append(self._decode(raw, number))
+                    exp = self._decode(raw, number, InvalidRows())
+                    if exp is not None:
+                        out.append(exp)
         return out
 
-    def _decode(self, raw: bytes, line: int) -> Experience:
+    def _decode(self, raw: bytes, line: int, invalid: InvalidRows) -> Experience | None:
         try:
-            return experience_from_dict(json.loads(raw))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise MalformedRowError(
-                f"{self.path}, line {line}: not a stored experience ({exc})"
-            ) from exc
+            obj = json.loads(raw)
+            if not isinstance(obj, dict):
+                raise TypeError(f"expected a JSON object, got {type(obj).__name__}")
+            return experience_from_dict(obj)
+        # torch raises RuntimeError for a shape that does not match the data
+        except (ValueError, KeyError, TypeError, AttributeError, RuntimeError) as exc:
+            message = f"{self.path}, line {line}: not a stored experience ({_describe(exc)})"
+            if not self.skip_invalid:
+                raise MalformedRowError(message) from exc
+            invalid.record(message)
+            return None
 
     def state_dict(self) -> dict[str, Any]:
         return {"offset": self._offset, "line": self._line}
@@ -103,3 +157,9 @@ class JsonlReader:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._offset = int(state["offset"])
         self._line = int(state["line"])
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, KeyError):
+        return f"missing key {exc}"
+    return f"{type(exc).__name__}: {exc}"

@@ -42,11 +42,17 @@ def open_backup(path: str) -> ExperienceWriter:
 class ExperienceQueue:
     """Bounded, thread-safe FIFO of experiences with an optional backup."""
 
-    def __init__(self, capacity: int = 10000, backup: ExperienceWriter | None = None) -> None:
+    def __init__(
+        self,
+        capacity: int = 10000,
+        backup: ExperienceWriter | None = None,
+        read_timeout: float | None = None,
+    ) -> None:
         if capacity < 1:
             raise ValueError(f"queue capacity must be >= 1, got {capacity}")
         self.capacity = capacity
         self.backup = backup
+        self.read_timeout = read_timeout  # used by get() when it is given no timeout
         self._items: deque[Experience] = deque()
         self._closed = False
         self._lock = threading.Lock()
@@ -82,12 +88,14 @@ class ExperienceQueue:
     def get(self, n: int, timeout: float | None = None) -> list[Experience]:
         """Up to ``n`` experiences, oldest first.
 
-        Waits until ``n`` are available (or the queue is full), ``timeout`` seconds pass (then returns what
-        there is, possibly ``[]``), or the queue is closed (then returns what is left;
-        raises QueueClosed once nothing is left).
+        Waits until ``n`` are available (or the queue is full), ``timeout`` seconds
+        (default: ``read_timeout``; ``None`` waits forever) pass (then returns what there
+        is, possibly ``[]``), or the queue is closed (then returns what is left; raises
+        QueueClosed once nothing is left).
         """
         if n < 1:
             raise ValueError(f"get needs n >= 1, got {n}")
+        timeout = self.read_timeout if timeout is None else timeout
         deadline = None if timeout is None else time.monotonic() + timeout
         # a full queue cannot grow, so waiting for more than capacity would never end
         wanted = min(n, self.capacity)

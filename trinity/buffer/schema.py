@@ -12,17 +12,21 @@ Reading a database outside the framework::
     sess = sessionmaker(bind=create_engine("sqlite:///buffer.db"))()
     exps = [ExperienceModel.to_experience(row) for row in sess.query(ExperienceModel).limit(4)]
 
+On PostgreSQL, text cannot hold NUL characters: a NUL in ``prompt_text`` or
+``response_text`` is stored as U+FFFD (the token ids keep the exact sequence).
+
 ``TaskModel`` keeps one taskset row (the raw dict, as JSON) per table row for
 ``storage_type: sql`` tasksets.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 from typing import Any
 
-from sqlalchemy import JSON, Float, Integer, LargeBinary, Text
+from sqlalchemy import JSON, Dialect, Float, Integer, LargeBinary, Text, TypeDecorator
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from trinity.buffer.codec import (
@@ -34,12 +38,31 @@ from trinity.buffer.codec import (
 from trinity.buffer.errors import ExperienceCodecError
 from trinity.types import EID, Experience
 
+logger = logging.getLogger(__name__)
+
 EXPERIENCE_TABLE = "experience"
 TASK_TABLE = "task"
 
 
 class Base(DeclarativeBase):
     pass
+
+
+class DisplayText(TypeDecorator[str]):
+    """Text kept for people to read; PostgreSQL gets NUL replaced by U+FFFD.
+
+    PostgreSQL refuses NUL in text; failing the whole batch over a decoded byte token
+    would stop a run, and the tokens tensor keeps the exact sequence anyway.
+    """
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
+        if value is not None and dialect.name == "postgresql" and "\x00" in value:
+            logger.warning("text with NUL characters stored with U+FFFD in their place")
+            return value.replace("\x00", "\ufffd")
+        return value
 
 
 class ExperienceColumns:
@@ -68,8 +91,8 @@ class ExperienceColumns:
     info: Mapped[dict[str, Any]] = mapped_column(JSON)
     metrics: Mapped[dict[str, Any]] = mapped_column(JSON)
     messages: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
-    prompt_text: Mapped[str | None] = mapped_column(Text, nullable=True)
-    response_text: Mapped[str | None] = mapped_column(Text, nullable=True)
+    prompt_text: Mapped[str | None] = mapped_column(DisplayText, nullable=True)
+    response_text: Mapped[str | None] = mapped_column(DisplayText, nullable=True)
 
     @classmethod
     def from_experience(cls, exp: Experience) -> Any:

@@ -2,22 +2,37 @@
 
 A path without a URL scheme becomes ``sqlite:///<path>`` and its parent directories
 are created. SQLite runs in WAL mode so readers (the trainer, a notebook) never block
-the writer. Each ``write`` is one transaction: a crash loses at most the batch being
+the writer, with ``synchronous=NORMAL`` (a killed process loses nothing committed). Each ``write`` is one transaction: a crash loses at most the batch being
 written and never leaves a half-written batch behind.
+
+PostgreSQL works through its URL (``postgresql+psycopg://user:pw@host/db``). Two
+details keep it equivalent to SQLite:
+
+- ``read_new`` follows increasing ids, so ids must become visible in increasing order.
+  SQLite's single write lock gives that for free; on PostgreSQL two transactions could
+  commit their sequence numbers out of order, so each write takes the table's
+  EXCLUSIVE lock (readers are not blocked by it).
+- PostgreSQL's JSON rejects NaN and infinities, which Python writes as bare tokens;
+  in ``info``/``metrics``/``messages`` they are stored as ``{"$float": "nan"}``
+  (``"inf"``, ``"-inf"``) and turned back into floats when read.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import threading
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, func, select
+from sqlalchemy import Engine, Table, create_engine, event, func, inspect, select, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from trinity.buffer.codec import check_json
+from trinity.buffer.errors import InvalidRows, MalformedRowError
 from trinity.buffer.schema import (
     EXPERIENCE_TABLE,
     TASK_TABLE,
@@ -38,6 +53,13 @@ def database_url(url_or_path: str) -> str:
 def open_engine(url_or_path: str) -> Engine:
     """An engine for ``url_or_path``; SQLite files get WAL mode and a busy timeout."""
     url = make_url(database_url(url_or_path))
+    if url.get_backend_name() == "postgresql":
+        return create_engine(
+            url,
+            pool_pre_ping=True,
+            json_serializer=_pg_json_dumps,
+            json_deserializer=_pg_json_loads,
+        )
     if url.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True)
     if url.database and url.database != ":memory:":
@@ -50,20 +72,65 @@ def open_engine(url_or_path: str) -> Engine:
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         cursor = dbapi_conn.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
+        # in WAL mode NORMAL still survives a killed process; only an OS crash or power
+        # loss can drop the last commits, and it is several times faster than FULL
+        cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.close()
 
     return engine
 
 
+def create_table(engine: Engine, table: Table) -> None:
+    """Create ``table`` unless it exists, also when other processes race to create it."""
+    try:
+        Base.metadata.create_all(engine, tables=[table])
+    except DBAPIError:
+        # another writer created it between our existence check and CREATE TABLE
+        if not inspect(engine).has_table(table.name):
+            raise
+
+
+_FLOAT_TAG = "$float"
+_NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+def _tag_nonfinite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return {_FLOAT_TAG: "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")}
+    if isinstance(value, dict):
+        return {k: _tag_nonfinite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_tag_nonfinite(v) for v in value]
+    return value
+
+
+def _untag_nonfinite(obj: dict[str, Any]) -> Any:
+    if len(obj) == 1 and obj.get(_FLOAT_TAG) in _NONFINITE:
+        return _NONFINITE[obj[_FLOAT_TAG]]
+    return obj
+
+
+def _pg_json_dumps(value: Any) -> str:
+    return json.dumps(_tag_nonfinite(value), allow_nan=False)
+
+
+def _pg_json_loads(data: str) -> Any:
+    return json.loads(data, object_hook=_untag_nonfinite)
+
+
 class SQLExperienceStorage:
     """Append-only experience table with an id cursor for incremental reads."""
 
-    def __init__(self, url_or_path: str, table_name: str = EXPERIENCE_TABLE) -> None:
+    def __init__(
+        self, url_or_path: str, table_name: str = EXPERIENCE_TABLE, skip_invalid: bool = False
+    ) -> None:
         self.url = database_url(url_or_path)
         self.table_name = table_name
+        self.skip_invalid = skip_invalid
+        self.invalid = InvalidRows()  # undecodable rows skipped by read_new
         self.model = experience_model(table_name)
         self.engine = open_engine(url_or_path)
-        Base.metadata.create_all(self.engine, tables=[self.model.__table__])
+        create_table(self.engine, self.model.__table__)
         self._cursor = 0  # largest id handed out by read_new
         # one writer at a time inside a process; SQLite would otherwise retry on its lock
         self._write_lock = threading.Lock()
@@ -75,13 +142,19 @@ class SQLExperienceStorage:
         if not rows:
             return
         with self._write_lock, Session(self.engine) as sess, sess.begin():
+            if self.engine.dialect.name == "postgresql":
+                sess.execute(text(f"LOCK TABLE {self._quoted_table} IN EXCLUSIVE MODE"))
             sess.add_all(rows)
+
+    @property
+    def _quoted_table(self) -> str:
+        return self.engine.dialect.identifier_preparer.format_table(self.model.__table__)
 
     def read(self, n: int, offset: int = 0) -> list[Experience]:
         """Up to ``n`` experiences in insertion order, skipping the first ``offset``."""
         stmt = select(self.model).order_by(self.model.id).offset(offset).limit(n)
         with Session(self.engine) as sess:
-            return [row.to_experience() for row in sess.scalars(stmt)]
+            return self._decode(sess.scalars(stmt), InvalidRows())
 
     def read_new(self, n: int) -> list[Experience]:
         """Up to ``n`` experiences written after the last ones ``read_new`` returned."""
@@ -90,7 +163,23 @@ class SQLExperienceStorage:
             rows = list(sess.scalars(stmt.where(self.model.id > self._cursor)))
             if rows:
                 self._cursor = rows[-1].id
-            return [row.to_experience() for row in rows]
+            return self._decode(rows, self.invalid)
+
+    def _decode(self, rows: Iterable[Any], invalid: InvalidRows) -> list[Experience]:
+        out = []
+        for row in rows:
+            try:
+                out.append(row.to_experience())
+            # a row written by other tools: bad tensor_meta, byte count or JSON shape
+            except (ValueError, KeyError, TypeError, AttributeError, RuntimeError) as exc:
+                message = (
+                    f"{self.url}, table '{self.table_name}', row id {row.id}: not a stored "
+                    f"experience ({type(exc).__name__}: {exc})"
+                )
+                if not self.skip_invalid:
+                    raise MalformedRowError(message) from exc
+                invalid.record(message)
+        return out
 
     def count(self) -> int:
         with Session(self.engine) as sess:
@@ -114,7 +203,7 @@ class SQLTaskStorage:
         self.table_name = table_name
         self.model = task_model(table_name)
         self.engine = open_engine(url_or_path)
-        Base.metadata.create_all(self.engine, tables=[self.model.__table__])
+        create_table(self.engine, self.model.__table__)
 
     def write_rows(self, rows: Iterable[dict[str, Any]]) -> None:
         """Append taskset rows in one transaction."""

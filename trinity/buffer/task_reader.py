@@ -13,6 +13,10 @@ Selectors decide the order inside each epoch:
 
 The order is a pure function of (seed, epoch, position), so ``state_dict()`` only
 needs the position to resume at exactly the next batch.
+
+Rows that lack the prompt key or hold the wrong type there, or cannot be parsed, stop
+the reader with an error naming file, line and key; with ``skip_invalid_rows: true``
+they are left out, counted in ``invalid.count`` and summarised in a warning.
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from trinity.buffer.errors import MissingKeyError, TasksetExhausted
+from trinity.buffer.errors import InvalidRows, MalformedRowError, MissingKeyError, TasksetExhausted
 from trinity.buffer.file_reader import read_rows
+from trinity.buffer.row_check import format_rules, row_problem
 from trinity.buffer.sql_storage import SQLTaskStorage
 from trinity.types import Task
 
@@ -43,15 +48,6 @@ def as_dict(obj: Any) -> dict[str, Any]:
     if isinstance(obj, Mapping):
         return dict(obj)
     return {k: v for k, v in vars(obj).items() if not k.startswith("_")}
-
-
-def required_keys(fmt: Mapping[str, Any]) -> dict[str, str]:
-    """The row key the format's prompt type needs, mapped to the setting that names it."""
-    prompt_type = fmt.get("prompt_type") or "plaintext"
-    prompt_type = getattr(prompt_type, "value", prompt_type)  # enums carry the name in .value
-    setting = "messages_key" if prompt_type == "messages" else "prompt_key"
-    key = fmt.get(setting)
-    return {key: f"format.{setting}"} if key else {}
 
 
 class TasksetReader:
@@ -82,9 +78,14 @@ class TasksetReader:
         self.rollout_args = as_dict(getattr(storage_cfg, "rollout_args", None))
         self.workflow = getattr(storage_cfg, "default_workflow_type", None) or default_workflow
         self.reward_fn = getattr(storage_cfg, "default_reward_fn_type", None) or default_reward_fn
+        self.skip_invalid = bool(getattr(storage_cfg, "skip_invalid_rows", False))
+        self.invalid = InvalidRows()  # rows left out under skip_invalid_rows
         self.rows = self._load_rows()
+        if self.invalid.count:
+            logger.warning("taskset '%s': %s", self.name, self.invalid.summary())
         if not self.rows:
-            raise ValueError(f"taskset '{self.name}' at '{storage_cfg.path}' has no rows")
+            skipped = f" (skipped {self.invalid.count} invalid)" if self.invalid.count else ""
+            raise ValueError(f"taskset '{self.name}' at '{storage_cfg.path}' has no rows{skipped}")
         # a stream of positions; total_steps, when set, overrides total_epochs
         if total_steps is not None:
             self.limit = total_steps * batch_size
@@ -97,13 +98,15 @@ class TasksetReader:
     def _load_rows(self) -> list[dict[str, Any]]:
         storage_type = getattr(self.cfg, "storage_type", "file")
         storage_type = getattr(storage_type, "value", storage_type)
-        keys = required_keys(self.format)
+        rules = format_rules(self.format)
+        invalid = self.invalid if self.skip_invalid else None
         if storage_type == "file":
             return read_rows(
                 self.cfg.path,
                 split=getattr(self.cfg, "split", None) or "train",
                 subset_name=getattr(self.cfg, "subset_name", None),
-                required_keys=keys,
+                required_keys=rules,
+                invalid=invalid,
             )
         if storage_type == "sql":
             storage = SQLTaskStorage(self.cfg.path)
@@ -111,14 +114,24 @@ class TasksetReader:
                 rows = storage.read_rows()
             finally:
                 storage.close()
+            kept = []
             for i, row in enumerate(rows):
-                for key, setting in keys.items():
-                    if key not in row:
-                        raise MissingKeyError(
-                            f"{self.cfg.path}, task row {i} (0-based): missing key '{key}' "
-                            f"(named by {setting}); the row has keys {sorted(row)}"
-                        )
-            return rows
+                if not isinstance(row, Mapping):
+                    found: tuple[str, bool] | None = (
+                        f"expected a JSON object, got {type(row).__name__}",
+                        False,
+                    )
+                else:
+                    found = next(filter(None, (row_problem(row, rule) for rule in rules)), None)
+                if found is None:
+                    kept.append(row)
+                    continue
+                message, missing = found
+                text = f"{self.cfg.path}, task row {i} (0-based): {message}"
+                if invalid is None:
+                    raise MissingKeyError(text) if missing else MalformedRowError(text)
+                invalid.record(text)
+            return kept
         raise ValueError(
             f"taskset '{self.name}': storage_type '{storage_type}' cannot hold a taskset; "
             "use 'file' or 'sql'"

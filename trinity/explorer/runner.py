@@ -110,7 +110,13 @@ class RunnerPool:
             try:
                 workflow_cls = WORKFLOWS.get(task.workflow)
                 workflow = workflow_cls(task, self.model, self.auxiliary_models, logger=logger)
+                start = time.perf_counter()
                 experiences = workflow.run()
+                rewards = [e.reward for e in experiences]
+                logger.info(
+                    "task %s of '%s' done in %.2fs: %d experience(s), rewards %s",
+                    task.index, task.taskset, time.perf_counter() - start, len(experiences), rewards,
+                )
                 for exp in experiences:
                     exp.eid = EID(batch=batch_id, task=task.index, run=exp.eid.run, step=exp.eid.step)
                     exp.info.setdefault("task_index", task.index)

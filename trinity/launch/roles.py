@@ -83,14 +83,16 @@ class ExplorerRole:
     def run(self, total_steps: int, start_step: int = 0) -> dict[str, Any]:
         cfg = self.config
         syn = cfg.synchronizer
-        first_eval = last_eval = None
-        if cfg.explorer.eval_on_startup and start_step == 0 and self.explorer.eval_tasks:
-            first_eval = last_eval = self._evaluate(0)
+        evals: list[dict[str, float]] = []
+        if cfg.explorer.eval_on_startup and start_step == 0:
+            self._evaluate(0, evals)
         step = start_step
-        evaluated_version = self.explorer.model_version
         try:
             for step in range(start_step + 1, total_steps + 1):
                 self._sync_to(required_version(step, syn.sync_interval, syn.sync_offset))
+                # evaluate the weights trained by step - 1, before exploring with them
+                if step - 1 > start_step and (step - 1) % cfg.explorer.eval_interval == 0:
+                    self._evaluate(step - 1, evals)
                 self.logger.info("explore step %d begins (policy version %d)", step, self.explorer.model_version)
                 produced = self.explorer.explore_step(step)
                 if produced is None:
@@ -101,23 +103,22 @@ class ExplorerRole:
                 ray.get(self.buffer.put.remote(experiences))
                 self.monitor.log(metrics, step)
                 ray.get(self.sync.report.remote("explorer", step, metrics))
-                ckpt.write_json_atomic(self.job_dir / "explorer_meta.json", {"latest_iteration": step, **self.explorer.state_dict()})
+                meta = {"latest_iteration": step, **self.explorer.state_dict()}
+                ckpt.write_json_atomic(self.job_dir / "explorer_meta.json", meta)
                 self.logger.info("explore step %d ends: %s", step, _brief(metrics))
-                if step % cfg.explorer.eval_interval == 0 and self.explorer.eval_tasks:
-                    last_eval = self._evaluate(step)
-                    evaluated_version = self.explorer.model_version
-                    first_eval = first_eval or last_eval
         finally:
             ray.get(self.buffer.close.remote())
-        # evaluate the final policy once the trainer has consumed everything
-        if self.explorer.eval_tasks and cfg.mode == "both":
+        if cfg.mode == "both" and step > start_step:
+            # the final policy: wait until the trainer has consumed the last batch
             self._sync_to(step)
-            if self.explorer.model_version != evaluated_version:
-                last_eval = self._evaluate(step)
-                first_eval = first_eval or last_eval
+            self._evaluate(step, evals)
         ray.get(self.sync.finish.remote("explorer"))
         self.monitor.close()
-        return {"steps": step, "first_eval": first_eval, "last_eval": last_eval}
+        return {
+            "steps": step,
+            "first_eval": evals[0] if evals else None,
+            "last_eval": evals[-1] if evals else None,
+        }
 
     def _sync_to(self, version: int) -> None:
         if version <= self.explorer.model_version:
@@ -135,13 +136,15 @@ class ExplorerRole:
         self.explorer.load_weights(state_dict, got)
         self.logger.info("synchronized to policy version %d in %.2fs", got, time.perf_counter() - start)
 
-    def _evaluate(self, step: int) -> dict[str, float]:
-        self.logger.info("evaluation at step %d begins", step)
+    def _evaluate(self, step: int, history: list[dict[str, float]]) -> None:
+        if not self.explorer.eval_tasks:
+            return
+        self.logger.info("evaluation at step %d begins (policy version %d)", step, self.explorer.model_version)
         metrics = self.explorer.evaluate(step)
         self.monitor.log(metrics, step)
         ray.get(self.sync.report.remote("eval", step, metrics))
         self.logger.info("evaluation at step %d: %s", step, _brief(metrics))
-        return metrics
+        history.append(metrics)
 
     def close(self) -> None:
         self.explorer.close()

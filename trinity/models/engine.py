@@ -168,7 +168,7 @@ class TransformersEngine:
             raise ValueError("token_ids and prompt_lengths must have the same length")
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
-        for seq, plen in zip(token_ids, prompt_lengths):
+        for seq, plen in zip(token_ids, prompt_lengths, strict=True):
             if not 1 <= plen <= len(seq):
                 raise ValueError(f"prompt length {plen} is outside [1, {len(seq)}]")
         scale = temperature if temperature > 0 else 1.0
@@ -186,7 +186,7 @@ class TransformersEngine:
         that is present (e.g. ``lm_head.weight`` tied to the input embeddings).
         """
         with self._lock:
-            result = self.model.load_state_dict(state_dict, strict=False)
+            result = self.model.load_state_dict(state_dict, strict=True)
             missing = set(result.missing_keys) - self._tied_aliases(state_dict)
             if result.unexpected_keys or missing:
                 raise KeyError(
@@ -247,7 +247,7 @@ class TransformersEngine:
                 if not request.future.done():
                     request.future.set_exception(error)
             return
-        for request, result in zip(requests, samples):
+        for request, result in zip(requests, samples, strict=True):
             if not request.future.done():  # a caller may have cancelled its future
                 request.future.set_result(result)
 
@@ -255,13 +255,11 @@ class TransformersEngine:
         entries: list[_Entry] = []
         for index, request in enumerate(requests):
             seed = request.params.seed
-            generator = (
-                self._generator if seed is None else torch.Generator().manual_seed(seed)
-            )
+            generator = self._generator if seed is None else torch.Generator().manual_seed(seed)
             entries += [_Entry(p, request.params, generator, index) for p in request.prompts]
         results: list[list[list[Sample]]] = [[] for _ in requests]
         for chunk in self._row_chunks(entries):
-            for entry, samples in zip(chunk, self._decode(chunk)):
+            for entry, samples in zip(chunk, self._decode(chunk), strict=True):
                 results[entry.request].append(samples)
         return results
 
@@ -313,7 +311,7 @@ class TransformersEngine:
         stops = [self._stop_ids(p) for p in params]
         budget = [
             min(p.max_tokens or self.max_model_len, self.max_model_len - lengths[i])
-            for p, i in zip(params, owner)
+            for p, i in zip(params, owner, strict=True)
         ]
         temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32)
         top_k = torch.tensor([p.top_k for p in params], dtype=torch.long)
@@ -330,7 +328,7 @@ class TransformersEngine:
             )
             keep = []
             for j, (row, token, logprob) in enumerate(
-                zip(alive, tokens.tolist(), logprobs.tolist())
+                zip(alive, tokens.tolist(), logprobs.tolist(), strict=True)
             ):
                 tokens_out[row].append(token)
                 logprobs_out[row].append(logprob)

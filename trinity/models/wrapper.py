@@ -85,7 +85,9 @@ class ModelWrapper:
 
     # ---- calls ------------------------------------------------------------------------
 
-    def chat(self, messages: list[dict[str, Any]], n: int = 1, **rollout_args: Any) -> list[Experience]:
+    def chat(
+        self, messages: list[dict[str, Any]], n: int = 1, **rollout_args: Any
+    ) -> list[Experience]:
         """Sample ``n`` assistant replies to ``messages``; one Experience per reply."""
         prepared = self._prepare_chat(messages, n, rollout_args)
         return self._pack(prepared, self.engine.generate(prepared.prompt_ids, prepared.params))
@@ -137,7 +139,8 @@ class ModelWrapper:
         fitted = [self._fit_prompt(self.tokenizer(p)["input_ids"]) for p in prompts]
         ids = [f[0] for f in fitted]
         texts = [
-            self.tokenizer.decode(i) if cut else p for i, p, (_, cut) in zip(ids, prompts, fitted)
+            self.tokenizer.decode(i) if cut else p
+            for i, p, (_, cut) in zip(ids, prompts, fitted, strict=True)
         ]
         return _Prepared(ids, texts, [f[1] for f in fitted], self._params(n, rollout_args), None)
 
@@ -174,7 +177,7 @@ class ModelWrapper:
     def _pack(self, prepared: _Prepared, samples: list[list[Sample]]) -> list[Experience]:
         experiences = []
         for ids, text, truncated, per_prompt in zip(
-            prepared.prompt_ids, prepared.prompt_texts, prepared.truncated, samples
+            prepared.prompt_ids, prepared.prompt_texts, prepared.truncated, samples, strict=True
         ):
             for sample in per_prompt:
                 response_text = self.tokenizer.decode(sample.token_ids, skip_special_tokens=True)

@@ -10,9 +10,13 @@ GSM8K-style reference ("...reasoning... #### 72") is reduced to what follows ``#
 
 from __future__ import annotations
 
+import logging
 import re
 
 from trinity.rewards.registry import REWARD_FNS
+
+# without its SIGALRM timeouts math-verify warns on every call; the runner bounds time
+logging.getLogger("math_verify").setLevel(logging.ERROR)
 
 _GSM8K_ANSWER = re.compile(r"####\s*(.+?)\s*$", re.DOTALL)
 _THINK_ANSWER = re.compile(r"^\s*<think>.*?</think>\s*<answer>.*?</answer>\s*$", re.DOTALL)
@@ -29,12 +33,14 @@ def answers_match(response: str, truth: object) -> bool:
     """True when the last answer stated in ``response`` equals the reference answer."""
     from math_verify import parse, verify  # heavy import, only when rewards are computed
 
-    gold = parse(reference_answer(truth))
-    predicted = parse(response.replace(",", ""))
+    # math-verify's own timeouts use SIGALRM, which only works in the main thread;
+    # workflows run in runner threads, whose time is bounded by explorer.max_timeout
+    gold = parse(reference_answer(truth), parsing_timeout=None)
+    predicted = parse(response.replace(",", ""), parsing_timeout=None)
     if not gold or not predicted:
         return False
     try:
-        return bool(verify(gold, predicted))
+        return bool(verify(gold, predicted, timeout_seconds=None))
     except Exception:  # math-verify raises on exotic expressions; that answer is simply wrong
         return False
 

@@ -1,11 +1,19 @@
-"""Shared test helpers: a storage config with the config guide's field names, experiences."""
+"""Shared test helpers: a storage config with the config guide's field names, experiences,
+and throw-away PostgreSQL databases."""
 
 from __future__ import annotations
 
+import contextlib
+import math
+import os
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 import torch
+from hypothesis import strategies as st
 
 from trinity.types import EID, Experience
 
@@ -53,6 +61,7 @@ class StorageConfig:
     reuse_cooldown_time: float | None = None
     capacity: int = 10000
     is_eval: bool = False
+    skip_invalid_rows: bool = False
 
 
 def storage_config(prompt_key: str = "prompt", **fields: Any) -> StorageConfig:
@@ -115,3 +124,118 @@ def assert_same_experience(a: Experience, b: Experience) -> None:
 
 def _raw(t: torch.Tensor) -> bytes:
     return t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
+POSTGRES_ENV = "TRINITY_TEST_POSTGRES_URL"
+
+
+def postgres_base_url() -> str:
+    """The server URL from the environment, or skip: ``eval "$(scripts/ci_postgres.sh)"`` sets it."""
+    url = os.environ.get(POSTGRES_ENV)
+    if not url:
+        pytest.skip(
+            f'{POSTGRES_ENV} is not set; run `eval "$(scripts/ci_postgres.sh)"` to start a '
+            "local PostgreSQL server for these tests"
+        )
+    return url
+
+
+@contextlib.contextmanager
+def fresh_postgres_database(base_url: str) -> Iterator[str]:
+    """A new empty database on the server of ``base_url``, dropped afterwards; yields its URL."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    name = f"trinity_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(base_url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+        yield make_url(base_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+# ---- hypothesis strategies: any experience the storages must keep exactly ----
+
+DTYPES = [
+    torch.bool,
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+]
+
+JSON_LEAF = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=8)
+JSON_LEAF |= st.floats(allow_nan=False, allow_infinity=False)
+JSON_VALUE = st.recursive(
+    JSON_LEAF,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@st.composite
+def tensors(draw: st.DrawFn, length: int | None = None) -> torch.Tensor:
+    dtype = draw(st.sampled_from(DTYPES))
+    shape = (
+        (length,) if length is not None else tuple(draw(st.lists(st.integers(0, 3), max_size=2)))
+    )
+    numel = math.prod(shape)
+    if dtype.is_floating_point:
+        # any float64 value, rounded to the dtype: includes nan, inf, -0.0 and subnormals
+        values = draw(st.lists(st.floats(), min_size=numel, max_size=numel))
+        return torch.tensor(values, dtype=torch.float64).to(dtype).reshape(shape)
+    if dtype == torch.bool:
+        return torch.tensor(
+            draw(st.lists(st.booleans(), min_size=numel, max_size=numel)), dtype=dtype
+        ).reshape(shape)
+    info = torch.iinfo(dtype)
+    values = draw(st.lists(st.integers(info.min, info.max), min_size=numel, max_size=numel))
+    return torch.tensor(values, dtype=dtype).reshape(shape)
+
+
+@st.composite
+def experiences(draw: st.DrawFn) -> Experience:
+    length = draw(st.integers(1, 12))
+    prompt_length = draw(st.integers(0, length))
+    response_length = length - prompt_length
+    tokens = torch.tensor(draw(st.lists(st.integers(0, 2**40), min_size=length, max_size=length)))
+    optional_response = st.none() | tensors(length=response_length)
+    return Experience(
+        tokens=tokens,
+        prompt_length=prompt_length,
+        logprobs=draw(optional_response),
+        action_mask=draw(st.none() | tensors(length=response_length)),
+        reward=draw(st.none() | st.floats(allow_nan=False)),
+        advantages=draw(optional_response),
+        returns=draw(optional_response),
+        eid=EID(
+            batch=draw(st.integers(0, 10**6) | st.text(max_size=8)),
+            task=draw(st.integers(0, 10**6) | st.text(max_size=8)),
+            run=draw(st.integers(0, 64)),
+            step=draw(st.integers(0, 64)),
+        ),
+        info=draw(st.dictionaries(st.text(max_size=6), JSON_VALUE, max_size=3)),
+        metrics=draw(st.dictionaries(st.text(max_size=6), st.floats(allow_nan=False), max_size=3)),
+        prompt_text=draw(st.none() | st.text()),
+        response_text=draw(st.none() | st.text()),
+        messages=draw(
+            st.none()
+            | st.lists(
+                st.fixed_dictionaries({"role": st.text(max_size=9), "content": st.text()}),
+                max_size=3,
+            )
+        ),
+        chosen=draw(st.none() | tensors()),
+        rejected=draw(st.none() | tensors()),
+    )

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from buffer_testing import assert_same_experience, full_experience
+from buffer_testing import DTYPES, assert_same_experience, experiences, full_experience
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,20 +25,7 @@ from trinity.buffer import (
 )
 from trinity.buffer.codec import tensor_from_bytes, tensor_to_bytes
 from trinity.common.schema.sql_schema import ExperienceModel
-from trinity.types import EID, Experience
-
-DTYPES = [
-    torch.bool,
-    torch.uint8,
-    torch.int8,
-    torch.int16,
-    torch.int32,
-    torch.int64,
-    torch.float16,
-    torch.bfloat16,
-    torch.float32,
-    torch.float64,
-]
+from trinity.types import Experience
 
 
 def test_model_round_trip_keeps_every_field() -> None:
@@ -148,74 +135,6 @@ def test_faq_snippet_reads_a_database_written_by_the_storage(
 
 
 # ---- property tests: any experience survives SQLite and JSON lines exactly ----
-
-JSON_LEAF = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=8)
-JSON_LEAF |= st.floats(allow_nan=False, allow_infinity=False)
-JSON_VALUE = st.recursive(
-    JSON_LEAF,
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
-    ),
-    max_leaves=8,
-)
-
-
-@st.composite
-def tensors(draw: st.DrawFn, length: int | None = None) -> torch.Tensor:
-    dtype = draw(st.sampled_from(DTYPES))
-    shape = (
-        (length,) if length is not None else tuple(draw(st.lists(st.integers(0, 3), max_size=2)))
-    )
-    numel = math.prod(shape)
-    if dtype.is_floating_point:
-        # any float64 value, rounded to the dtype: includes nan, inf, -0.0 and subnormals
-        values = draw(st.lists(st.floats(), min_size=numel, max_size=numel))
-        return torch.tensor(values, dtype=torch.float64).to(dtype).reshape(shape)
-    if dtype == torch.bool:
-        return torch.tensor(
-            draw(st.lists(st.booleans(), min_size=numel, max_size=numel)), dtype=dtype
-        ).reshape(shape)
-    info = torch.iinfo(dtype)
-    values = draw(st.lists(st.integers(info.min, info.max), min_size=numel, max_size=numel))
-    return torch.tensor(values, dtype=dtype).reshape(shape)
-
-
-@st.composite
-def experiences(draw: st.DrawFn) -> Experience:
-    length = draw(st.integers(1, 12))
-    prompt_length = draw(st.integers(0, length))
-    response_length = length - prompt_length
-    tokens = torch.tensor(draw(st.lists(st.integers(0, 2**40), min_size=length, max_size=length)))
-    optional_response = st.none() | tensors(length=response_length)
-    return Experience(
-        tokens=tokens,
-        prompt_length=prompt_length,
-        logprobs=draw(optional_response),
-        action_mask=draw(st.none() | tensors(length=response_length)),
-        reward=draw(st.none() | st.floats(allow_nan=False)),
-        advantages=draw(optional_response),
-        returns=draw(optional_response),
-        eid=EID(
-            batch=draw(st.integers(0, 10**6) | st.text(max_size=8)),
-            task=draw(st.integers(0, 10**6) | st.text(max_size=8)),
-            run=draw(st.integers(0, 64)),
-            step=draw(st.integers(0, 64)),
-        ),
-        info=draw(st.dictionaries(st.text(max_size=6), JSON_VALUE, max_size=3)),
-        metrics=draw(st.dictionaries(st.text(max_size=6), st.floats(allow_nan=False), max_size=3)),
-        prompt_text=draw(st.none() | st.text()),
-        response_text=draw(st.none() | st.text()),
-        messages=draw(
-            st.none()
-            | st.lists(
-                st.fixed_dictionaries({"role": st.text(max_size=9), "content": st.text()}),
-                max_size=3,
-            )
-        ),
-        chosen=draw(st.none() | tensors()),
-        rejected=draw(st.none() | tensors()),
-    )
-
 
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

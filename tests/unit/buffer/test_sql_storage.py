@@ -151,3 +151,19 @@ def test_jsonl_malformed_line_names_file_and_line(tmp_path: Path) -> None:
         f.write('{"prompt_text": "no tokens"}\n')
     with pytest.raises(MalformedRowError, match=rf"{path}, line 2"):
         JsonlReader(path).read_all()
+
+
+def test_jsonl_writer_drops_a_partial_last_line_left_by_a_crash(tmp_path: Path) -> None:
+    path = tmp_path / "exps.jsonl"
+    with JsonlWriter(path) as writer:
+        writer.write([full_experience(0)])
+    whole = path.stat().st_size
+    with open(path, "a") as f:
+        f.write('{"tokens": {"dtype": "int6')  # what a killed writer leaves
+    with JsonlWriter(path) as writer:
+        assert path.stat().st_size == whole
+        writer.write([full_experience(1)])
+    assert [e.prompt_text for e in JsonlReader(path).read_all()] == ["question 0", "question 1"]
+    path.write_text('{"no newline at all')
+    JsonlWriter(path).close()
+    assert path.read_text() == ""

@@ -73,9 +73,7 @@ def load_fsdp_state_dict_from_verl_checkpoint(ckpt_path: str | Path) -> dict[str
     return merged
 
 
-def _concat_shards(
-    name: str, parts: list[torch.Tensor], full: torch.Size | None
-) -> torch.Tensor:
+def _concat_shards(name: str, parts: list[torch.Tensor], full: torch.Size | None) -> torch.Tensor:
     try:
         tensor = torch.cat(parts, dim=0)
     except RuntimeError as error:

@@ -1,0 +1,123 @@
+"""End to end: ``trinity run`` on the demo config with a tiny model for 2 steps."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "examples" / "arithmetic" / "grpo.yaml"
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "trinity", *args],
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.slow
+def test_two_step_grpo_run(tiny_model_dir: Path, tmp_path: Path) -> None:
+    result = run_cli(
+        "run",
+        "--config",
+        str(DEMO),
+        f"model.model_path={tiny_model_dir}",
+        f"checkpoint_root_dir={tmp_path}",
+        "name=e2e",
+        "continue_from_checkpoint=true",
+        "buffer.total_steps=2",
+        "explorer.eval_interval=1",
+        "trainer.save_interval=1",
+        "explorer.runner_per_model=8",
+        f"buffer.trainer_input.experience_buffer.path=sqlite:///{tmp_path}/buffer.db",
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    last_line = result.stdout.strip().splitlines()[-1]
+    assert last_line.startswith("eval accuracy: "), result.stdout
+
+    job = tmp_path / "trinity-demo" / "e2e"
+    for rel in (
+        "log/explorer.log",
+        "log/trainer.log",
+        "log/explorer_runner_0.log",
+        "monitor/summary.png",
+        "monitor/report.html",
+        "latest_checkpointed_iteration.txt",
+        "explorer_meta.json",
+        "trainer_meta.json",
+        "global_step_1/actor/model_world_size_1_rank_0.pt",
+        "global_step_2/actor/model_world_size_1_rank_0.pt",
+        "global_step_2/actor/optim_world_size_1_rank_0.pt",
+        "global_step_2/actor/extra_state_world_size_1_rank_0.pt",
+        "global_step_2/actor/huggingface/config.json",
+    ):
+        assert (job / rel).exists(), rel
+    assert (job / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+    assert list((job / "monitor" / "tensorboard").glob("e2e_trainer/events.*"))
+    assert list((job / "monitor" / "tensorboard").glob("e2e_explorer/events.*"))
+
+    # the policy moved: trained weights differ from the initial ones
+    initial = load_file(tiny_model_dir / "model.safetensors")
+    trained = torch.load(job / "global_step_2/actor/model_world_size_1_rank_0.pt", weights_only=True)
+    changed = [k for k, v in initial.items() if not torch.equal(v.float(), trained[k].float())]
+    assert changed, "no parameter changed after two GRPO steps"
+
+    # every logged trainer metric is finite, and the documented ones are there
+    rows = [json.loads(line) for line in (job / "monitor" / "e2e_trainer_metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    for row in rows:
+        for key in ("actor/pg_loss", "actor/grad_norm", "actor/lr", "time/train_step"):
+            assert key in row
+        assert all(math.isfinite(v) for v in row.values() if isinstance(v, float))
+    evals = [json.loads(line) for line in (job / "monitor" / "e2e_explorer_metrics.jsonl").read_text().splitlines()]
+    assert any("eval/arithmetic_eval/accuracy/mean" in r for r in evals)
+
+    # the experience backup holds every experience the explorer produced
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import sessionmaker
+
+    from trinity.common.schema.sql_schema import ExperienceModel
+
+    sess = sessionmaker(bind=create_engine(f"sqlite:///{tmp_path}/buffer.db"))()
+    exps = [ExperienceModel.to_experience(e) for e in sess.query(ExperienceModel).all()]
+    assert len(exps) == 2 * 2 * 8
+    assert all(e.response_text is not None for e in exps)
+
+
+def test_dry_run_prints_batch_arithmetic() -> None:
+    result = run_cli("run", "--config", str(DEMO), "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "experiences per train step" in result.stdout
+    assert "buffer.train_batch_size): 16" in result.stdout
+
+
+def test_config_error_is_one_line_exit_2() -> None:
+    result = run_cli("run", "--config", str(DEMO), "--dry-run", "algorithm.repeat_times=1")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "algorithm.repeat_times" in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_help_describes_commands() -> None:
+    top = run_cli("--help")
+    assert top.returncode == 0
+    for command in ("run", "convert"):
+        assert command in top.stdout
+    run_help = run_cli("run", "--help")
+    for option in ("--config", "--dry-run", "--plugin-dir", "KEY=VALUE"):
+        assert option in run_help.stdout

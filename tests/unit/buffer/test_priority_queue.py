@@ -1,0 +1,163 @@
+"""PriorityExperienceQueue: freshest first, decay with use, cooldown reuse, eviction, close."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from trinity.buffer import PriorityExperienceQueue, QueueClosed, SQLExperienceStorage
+from trinity.types import EID, Experience
+
+
+def exp(name: str, version: int) -> Experience:
+    return Experience(
+        tokens=torch.tensor([1, 2, 3]),
+        prompt_length=1,
+        prompt_text=name,
+        info={"model_version": version},
+    )
+
+
+def names(exps: list[Experience]) -> list[str | None]:
+    return [e.prompt_text for e in exps]
+
+
+class Clock:
+    """A hand-moved clock: reuse times are checked without sleeping."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_newest_model_version_first_and_fifo_among_equals() -> None:
+    q = PriorityExperienceQueue()
+    q.put([exp("a", 0), exp("b", 2), exp("c", 1), exp("d", 2)])
+    assert names(q.get(4)) == ["b", "d", "c", "a"]
+
+
+def test_without_cooldown_nothing_is_reused() -> None:
+    q = PriorityExperienceQueue(reuse_cooldown_time=None)
+    q.put([exp("a", 1), exp("b", 0)])
+    assert names(q.get(1)) == ["a"]
+    assert names(q.get(5, timeout=0)) == ["b"]
+    assert q.get(5, timeout=0) == []
+    assert q.qsize() == 0
+
+
+def test_reuse_after_cooldown_with_priority_decaying_by_use_count() -> None:
+    clock = Clock()
+    q = PriorityExperienceQueue(reuse_cooldown_time=10, clock=clock)
+    q.put([exp("a", 1), exp("b", 0)])
+    assert names(q.get(1, timeout=0)) == ["a"]  # a: 1 - 0 uses = 1 beats b: 0
+    assert names(q.get(1, timeout=0)) == ["b"]  # a is cooling down until t = 10
+    clock.now = 9.9
+    assert q.get(2, timeout=0) == []
+    clock.now = 10
+    # a: 1 - 1 use = 0 beats b: 0 - 1 use = -1
+    assert names(q.get(2, timeout=0)) == ["a", "b"]
+    clock.now = 20
+    q.put([exp("c", 0)])
+    # c: 0 - 0 = 0 beats a: 1 - 2 = -1 and b: 0 - 2 = -2
+    assert names(q.get(3, timeout=0)) == ["c", "a", "b"]
+    assert q.qsize() == 3  # all held for reuse
+
+
+def test_get_waits_for_the_cooldown_to_end() -> None:
+    q = PriorityExperienceQueue(reuse_cooldown_time=0.2)
+    q.put([exp("a", 0)])
+    assert names(q.get(1)) == ["a"]
+    began = time.monotonic()
+    assert names(q.get(1, timeout=5)) == ["a"]
+    assert 0.15 <= time.monotonic() - began < 2
+
+
+def test_full_queue_evicts_the_lowest_priority() -> None:
+    q = PriorityExperienceQueue(capacity=3)
+    q.put([exp("v5", 5), exp("v1", 1), exp("v3", 3)])
+    q.put([exp("v4", 4)])  # never blocks: v1, the stalest, goes
+    assert q.evicted == 1 and q.qsize() == 3
+    assert names(q.get(3)) == ["v5", "v4", "v3"]
+
+
+def test_reused_reads_are_copies() -> None:
+    q = PriorityExperienceQueue(reuse_cooldown_time=0)
+    q.put([exp("a", 0)])
+    first = q.get(1)[0]
+    first.reward = 5.0
+    assert q.get(1)[0].reward is None
+
+
+def test_close_stops_reuse_drains_and_refuses_puts() -> None:
+    clock = Clock()
+    q = PriorityExperienceQueue(reuse_cooldown_time=10, clock=clock)
+    q.put([exp("a", 1), exp("b", 0)])
+    assert names(q.get(1, timeout=0)) == ["a"]
+    q.close()
+    with pytest.raises(QueueClosed):
+        q.put([exp("c", 0)])
+    assert names(q.get(5)) == ["b"]  # ready ones drain; a (cooling) is dropped
+    with pytest.raises(QueueClosed):
+        q.get(1)
+
+
+def test_close_wakes_a_waiting_reader() -> None:
+    q = PriorityExperienceQueue()
+    box: dict = {}
+
+    def read() -> None:
+        try:
+            q.get(3)
+        except QueueClosed as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    time.sleep(0.1)
+    q.close()
+    thread.join(5)
+    assert isinstance(box.get("error"), QueueClosed)
+
+
+def test_concurrent_writers_and_backup(tmp_path: Path) -> None:
+    backup = SQLExperienceStorage(str(tmp_path / "backup.db"))
+    q = PriorityExperienceQueue(capacity=100_000, backup=backup)
+    writers, per_writer = 4, 250
+
+    def write(w: int) -> None:
+        for i in range(0, per_writer, 5):
+            batch = [
+                Experience(tokens=torch.tensor([1, 2]), prompt_length=1, eid=EID(task=w, run=j))
+                for j in range(i, i + 5)
+            ]
+            q.put(batch)
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
+    for t in threads:
+        t.start()
+    got: list[Experience] = []
+    while len(got) < writers * per_writer:
+        got += q.get(50, timeout=5)
+    for t in threads:
+        t.join(5)
+    keys = {(e.eid.task, e.eid.run) for e in got}
+    assert len(got) == len(keys) == writers * per_writer
+    q.close()
+    check = SQLExperienceStorage(str(tmp_path / "backup.db"))
+    assert check.count() == writers * per_writer
+    check.close()
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="capacity"):
+        PriorityExperienceQueue(capacity=0)
+    with pytest.raises(ValueError, match="reuse_cooldown_time"):
+        PriorityExperienceQueue(reuse_cooldown_time=-1)
+    with pytest.raises(ValueError, match="n >= 1"):
+        PriorityExperienceQueue().get(0)

@@ -1,0 +1,97 @@
+"""Build the experience buffer a storage config describes.
+
+``make_experience_buffer(cfg)`` returns an object with ``put(exps)``,
+``get(n, timeout=None)`` and ``close()``, chosen by ``cfg.storage_type``:
+
+==========  ===================================================================
+queue       ``ExperienceQueue`` (FIFO, ``capacity``), or ``PriorityExperienceQueue``
+            with ``use_priority_queue`` (``reuse_cooldown_time``); ``path``, when
+            set, is the backup (SQLite/URL, or ``.jsonl``)
+sql         ``path`` is a SQLite file or SQLAlchemy URL (PostgreSQL works); the
+            reader polls for new rows
+file        JSON lines at ``path`` (a ``.jsonl`` file, or a directory holding
+            ``experiences.jsonl``); for explore mode and debugging
+==========  ===================================================================
+
+``get`` without a timeout waits at most ``cfg.max_read_timeout`` seconds and then
+returns the incomplete batch. ``skip_invalid_rows`` makes the sql/file readers skip
+(and count in ``.invalid``) rows they cannot decode instead of raising.
+``auxiliary_buffers`` are built the same way by ``make_auxiliary_buffers``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from trinity.buffer.priority_queue import PriorityExperienceQueue
+from trinity.buffer.queue import ExperienceQueue, open_backup
+from trinity.buffer.storage_buffer import jsonl_buffer, sql_buffer
+from trinity.types import Experience
+
+EXPERIENCE_STORAGE_TYPES = ("queue", "sql", "file")
+
+
+class ExperienceBuffer(Protocol):
+    """What the explorer writes to and the trainer reads from."""
+
+    def put(self, exps: list[Experience]) -> None: ...
+
+    def get(self, n: int, timeout: float | None = None) -> list[Experience]: ...
+
+    def close(self) -> None: ...
+
+
+class ExperienceBufferConfigError(ValueError):
+    """A storage config cannot describe an experience buffer."""
+
+
+def make_experience_buffer(storage_cfg: Any) -> ExperienceBuffer:
+    """The buffer ``storage_cfg`` (a ``StorageConfig`` or anything with its fields) names."""
+    name = getattr(storage_cfg, "name", "") or "experience_buffer"
+    storage_type = getattr(storage_cfg, "storage_type", None) or "queue"
+    storage_type = getattr(storage_type, "value", storage_type)  # enums carry it in .value
+    path = getattr(storage_cfg, "path", None)
+    read_timeout = getattr(storage_cfg, "max_read_timeout", None)
+    skip_invalid = bool(getattr(storage_cfg, "skip_invalid_rows", False))
+    if storage_type == "queue":
+        capacity = getattr(storage_cfg, "capacity", None) or 10000
+        backup = open_backup(path) if path else None
+        if getattr(storage_cfg, "use_priority_queue", False):
+            return PriorityExperienceQueue(
+                capacity,
+                backup,
+                reuse_cooldown_time=getattr(storage_cfg, "reuse_cooldown_time", None),
+                read_timeout=read_timeout,
+            )
+        return ExperienceQueue(capacity, backup, read_timeout=read_timeout)
+    if storage_type in ("sql", "file") and not path:
+        raise ExperienceBufferConfigError(
+            f"experience buffer '{name}': storage_type '{storage_type}' needs a path "
+            + (
+                "(a SQLite file or SQLAlchemy URL)"
+                if storage_type == "sql"
+                else "(a .jsonl file or a directory)"
+            )
+        )
+    if storage_type == "sql":
+        return sql_buffer(path, read_timeout, skip_invalid=skip_invalid)
+    if storage_type == "file":
+        return jsonl_buffer(path, read_timeout, skip_invalid=skip_invalid)
+    raise ExperienceBufferConfigError(
+        f"experience buffer '{name}': unknown storage_type '{storage_type}' "
+        f"(valid: {', '.join(EXPERIENCE_STORAGE_TYPES)})"
+    )
+
+
+def make_auxiliary_buffers(configs: Mapping[str, Any]) -> dict[str, ExperienceBuffer]:
+    """``trainer_input.auxiliary_buffers``: one buffer per name, built like the main one."""
+    buffers: dict[str, ExperienceBuffer] = {}
+    try:
+        for key, cfg in configs.items():
+            buffers[key] = make_experience_buffer(cfg)
+    except Exception:
+        for buffer in buffers.values():  # do not leak the ones already opened
+            buffer.close()
+        raise
+    return buffers

@@ -1,0 +1,44 @@
+"""Data pipelines (``data_processor``): operators over experiences and taskset rows.
+
+- ``ExperiencePipeline(operators_cfg).process(exps) -> (exps, metrics)`` runs between
+  the workflow runners and the experience buffer;
+- ``TaskPipeline(operators_cfg).process(rows) -> (rows, metrics)`` and
+  ``run_task_pipeline(cfg, output_path)`` prepare a taskset.
+
+Built-in experience operators: ``reward_shaping_mapper``, ``invalid_reward_filter``,
+``zero_variance_filter``, ``pass_rate_stats``, ``data_juicer``. Task operators:
+``value_filter``, ``dedupe``, ``data_juicer``. New operators subclass
+``ExperienceOperator``/``TaskOperator`` and register with
+``EXPERIENCE_OPERATORS.register(name)``/``TASK_OPERATORS.register(name)``.
+"""
+
+# imported for their registrations
+from trinity.pipeline import (  # noqa: F401
+    data_juicer,
+    experience_filters,
+    pass_rate,
+    reward_shaping,
+    task_operators,
+)
+from trinity.pipeline.experience_pipeline import ExperiencePipeline
+from trinity.pipeline.operator import (
+    EXPERIENCE_OPERATORS,
+    TASK_OPERATORS,
+    ExperienceOperator,
+    OperatorError,
+    TaskOperator,
+    build_operator,
+)
+from trinity.pipeline.task_pipeline import TaskPipeline, run_task_pipeline
+
+__all__ = [
+    "EXPERIENCE_OPERATORS",
+    "TASK_OPERATORS",
+    "ExperienceOperator",
+    "ExperiencePipeline",
+    "OperatorError",
+    "TaskOperator",
+    "TaskPipeline",
+    "build_operator",
+    "run_task_pipeline",
+]

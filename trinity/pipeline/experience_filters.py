@@ -1,0 +1,63 @@
+"""Experience filters: drop what would only add noise to a training step.
+
+- ``invalid_reward_filter`` drops experiences whose reward is missing, NaN or
+  infinite (with ``drop_group: true``, their whole group, so group advantages are not
+  computed from survivors only);
+- ``zero_variance_filter`` drops groups (same ``eid.group``: same explore step and
+  task) whose rewards are all equal: their group-relative advantages are all zero, so
+  they cost compute and teach nothing. A group of one has zero variance too.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+from trinity.pipeline.operator import EXPERIENCE_OPERATORS, ExperienceOperator
+from trinity.types import Experience
+
+
+def is_valid_reward(reward: float | None) -> bool:
+    return reward is not None and math.isfinite(reward)
+
+
+def groups_of(exps: list[Experience]) -> dict[str, list[Experience]]:
+    """Experiences by ``eid.group``, groups in first-seen order."""
+    groups: dict[str, list[Experience]] = defaultdict(list)
+    for exp in exps:
+        groups[exp.eid.group].append(exp)
+    return groups
+
+
+@EXPERIENCE_OPERATORS.register("invalid_reward_filter")
+class InvalidRewardFilter(ExperienceOperator):
+    def __init__(self, drop_group: bool = False) -> None:
+        self.drop_group = drop_group
+
+    def process(self, exps: list[Experience]) -> tuple[list[Experience], dict[str, float]]:
+        if self.drop_group:
+            bad = {e.eid.group for e in exps if not is_valid_reward(e.reward)}
+            kept = [e for e in exps if e.eid.group not in bad]
+        else:
+            kept = [e for e in exps if is_valid_reward(e.reward)]
+        return kept, {"invalid_reward_filter/dropped": float(len(exps) - len(kept))}
+
+
+@EXPERIENCE_OPERATORS.register("zero_variance_filter")
+class ZeroVarianceFilter(ExperienceOperator):
+    def __init__(self, atol: float = 0.0) -> None:
+        self.atol = atol  # rewards within atol of each other count as equal
+
+    def process(self, exps: list[Experience]) -> tuple[list[Experience], dict[str, float]]:
+        flat = set()
+        for group, members in groups_of(exps).items():
+            rewards = [m.reward for m in members]
+            if None in rewards:
+                continue  # not scored: left for invalid_reward_filter to judge
+            if max(rewards) - min(rewards) <= self.atol:
+                flat.add(group)
+        kept = [e for e in exps if e.eid.group not in flat]
+        return kept, {
+            "zero_variance_filter/dropped_groups": float(len(flat)),
+            "zero_variance_filter/dropped": float(len(exps) - len(kept)),
+        }

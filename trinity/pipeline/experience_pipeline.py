@@ -1,0 +1,39 @@
+"""``data_processor.experience_pipeline``: operators applied to every batch of experiences.
+
+    pipeline = ExperiencePipeline(config.data_processor.experience_pipeline.operators)
+    exps, metrics = pipeline.process(exps)     # between the workflow runners and the buffer
+
+Operators run in the configured order, each on what the previous one kept. Metrics
+are merged; ``pipeline/kept`` and ``pipeline/dropped`` count the whole pipeline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from trinity.pipeline.operator import EXPERIENCE_OPERATORS, ExperienceOperator, build_operator
+from trinity.types import Experience
+
+
+class ExperiencePipeline:
+    """A chain of experience operators built from ``[{name, args}, ...]``."""
+
+    def __init__(self, operators_cfg: Iterable[Any] | None = None) -> None:
+        self.operators: list[ExperienceOperator] = [
+            build_operator(EXPERIENCE_OPERATORS, cfg) for cfg in operators_cfg or []
+        ]
+
+    def process(self, exps: list[Experience]) -> tuple[list[Experience], dict[str, float]]:
+        total = len(exps)
+        metrics: dict[str, float] = {}
+        for op in self.operators:
+            exps, op_metrics = op.process(list(exps))
+            metrics.update(op_metrics)
+        if self.operators:
+            metrics["pipeline/kept"] = float(len(exps))
+            metrics["pipeline/dropped"] = float(total - len(exps))
+        return exps, metrics
+
+    def __len__(self) -> int:
+        return len(self.operators)
