@@ -176,9 +176,11 @@ def _cpu_lines(cfg: Config, ranks: int, cpus: int) -> list[str]:
     if cfg.mode in ("both", "train"):
         compute += ranks
         lines.append(f"trainer processes: {ranks} (one per node)")
-    share = cpus / max(1, compute)
+    from trinity.utils.resources import EXPLORER_CPUS, SERVICE_CPUS, TRAINER_CPUS
+
     lines.append(
-        f"{cpus} CPU(s) shared by {compute} compute process(es): {share:.2f} CPU each; "
-        "explorer, runners, buffer and synchronizer request 0 CPU"
+        f"Ray CPU requests: explorer {EXPLORER_CPUS} (runners are its threads), trainer rank "
+        f"{TRAINER_CPUS} each, buffer and synchronizer {SERVICE_CPUS}; torch in each process "
+        f"uses all {cpus} core(s) of its node, and in synchronous mode they take turns"
     )
     return lines

@@ -21,9 +21,7 @@ from trinity.config import Config, expand_stages, job_dir as get_job_dir, to_yam
 
 logger = logging.getLogger("trinity.launch")
 
-# fractional CPUs: every actor fits a 2-core machine; the work alternates in sync mode
-EXPLORER_CPUS = 0.5
-TRAINER_CPUS = 0.5
+from trinity.utils.resources import EXPLORER_CPUS, SERVICE_CPUS, TRAINER_CPUS
 
 
 class RunError(RuntimeError):
@@ -85,10 +83,10 @@ def run_stage(config: Config) -> dict[str, Any]:
     backup = open_backup(exp_buf.path) if exp_buf.path else None
     if backup is not None:
         backup.close()  # opened here only to fail early on a bad path; the actor reopens it
-    synchronizer = ray.remote(Synchronizer).options(num_cpus=0).remote()
+    synchronizer = ray.remote(Synchronizer).options(num_cpus=SERVICE_CPUS).remote()
     buffer = (
         ray.remote(_BufferActor)
-        .options(num_cpus=0, max_concurrency=16, name=exp_buf.name)
+        .options(num_cpus=SERVICE_CPUS, max_concurrency=16, name=exp_buf.name)
         .remote(exp_buf.capacity, exp_buf.path)
     )
     trainer = (
