@@ -21,8 +21,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterator
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from trinity.buffer.codec import experience_from_dict, experience_to_dict

@@ -118,6 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="base model whose config.json and tokenizer to use when a checkpoint lacks them",
     )
     convert.set_defaults(func=_cmd_convert)
+
+    from trinity.cli.view import add_view_parser
+
+    add_view_parser(sub)
     return parser
 
 

@@ -33,6 +33,7 @@ def make_taskset_reader(config: Config, storage, *, batch_size: int, is_eval: bo
         total_epochs=1 if is_eval else buf.total_epochs,
         total_steps=None if is_eval else buf.total_steps,
         seed=config.seed,
+        selector=storage.task_selector,
         default_workflow=buf.explorer_input.default_workflow_type or buf.default_workflow_type or "math_workflow",
         default_reward_fn=buf.explorer_input.default_reward_fn_type or buf.default_reward_fn_type,
     )

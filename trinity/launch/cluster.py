@@ -1,20 +1,49 @@
 """Connecting to Ray: join a running cluster, or start a local one for this run.
 
 ``cluster.ray_address`` (or ``RAY_ADDRESS``) names a cluster to join. Without one we
-first try to join a cluster started on this machine with ``ray start --head``; when
-none is running, a local Ray instance is started for this process and stopped with it.
+join the cluster started on this machine with ``ray start --head`` when it is alive,
+and otherwise start a local Ray instance that lives as long as this process.
+
+Ray >= 2.59 authenticates with a token by default; a cluster and a client that
+disagree about ``RAY_AUTH_MODE`` or the token cannot talk. That case is reported as
+such instead of silently starting a second cluster beside the running one.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import socket
 
 logger = logging.getLogger("trinity.launch")
+
+_AUTH_HINT = (
+    "if the cluster uses token authentication, give this process the same RAY_AUTH_MODE and "
+    "token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token) that `ray start` used"
+)
 
 
 class ClusterError(RuntimeError):
     """Ray could not be reached or started."""
+
+
+def _alive(address: str, timeout: float = 1.0) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def running_cluster_address() -> str | None:
+    """Address of a live cluster started on this machine by ``ray start``, if any."""
+    try:
+        from ray._private.utils import read_ray_address
+    except ImportError:  # private helper moved: behave as if none is running
+        return None
+    address = read_ray_address()
+    return address if address and _alive(address) else None
 
 
 def connect(ray_address: str | None, namespace: str) -> str:
@@ -24,23 +53,20 @@ def connect(ray_address: str | None, namespace: str) -> str:
     if ray.is_initialized():
         return "joined"
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    address = ray_address or os.environ.get("RAY_ADDRESS") or ""
     common = {"namespace": namespace, "logging_level": logging.WARNING, "log_to_driver": True}
-    if address and address != "auto":
-        try:
-            ray.init(address=address, **common)
-        except Exception as exc:
-            raise ClusterError(f"cannot join the Ray cluster at '{address}': {exc}") from exc
-        return "joined"
+    address = ray_address or os.environ.get("RAY_ADDRESS") or ""
+    if address in ("", "auto"):
+        running = running_cluster_address()
+        if running is None and address == "auto":
+            raise ClusterError("cluster.ray_address is 'auto' but no Ray cluster is running here")
+        # "auto" (not the address itself) lets Ray pick up the local session's settings
+        address = "auto" if running else ""
+    if not address:
+        ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, **common)
+        return "started"
     try:
-        ray.init(address="auto", **common)
-        logger.info("joined the running Ray cluster")
-        return "joined"
-    except ConnectionError:
-        pass
-    except Exception as exc:  # a cluster exists but refused us (e.g. authentication)
-        if "auto" == address:
-            raise ClusterError(f"cannot join the running Ray cluster: {exc}") from exc
-        logger.warning("could not join a running Ray cluster (%s); starting a local one", exc)
-    ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, **common)
-    return "started"
+        ray.init(address=address, **common)
+    except Exception as exc:
+        where = running_cluster_address() if address == "auto" else address
+        raise ClusterError(f"cannot join the Ray cluster at {where}: {exc}; {_AUTH_HINT}") from exc
+    return "joined"

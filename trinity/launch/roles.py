@@ -21,6 +21,7 @@ from typing import Any
 import ray
 
 from trinity.config import Config
+from trinity.pipeline import ExperiencePipeline
 from trinity.trainer import checkpoint as ckpt
 from trinity.utils.log import get_actor_logger
 
@@ -79,6 +80,7 @@ class ExplorerRole:
         self.logger = _logger(config, self.job_dir, config.explorer.name)
         self.monitor = _monitor(config, self.job_dir, "explorer")
         self.explorer = Explorer(config, model_dir=model_dir, log_dir=self.job_dir / "log", logger=self.logger)
+        self.pipeline = ExperiencePipeline(config.data_processor.experience_pipeline.operators)
 
     def run(self, total_steps: int, start_step: int = 0) -> dict[str, Any]:
         cfg = self.config
@@ -100,6 +102,8 @@ class ExplorerRole:
                     step -= 1
                     break
                 experiences, metrics = produced
+                experiences, pipeline_metrics = self.pipeline.process(experiences)
+                metrics.update(pipeline_metrics)
                 ray.get(self.buffer.put.remote(experiences))
                 self.monitor.log(metrics, step)
                 ray.get(self.sync.report.remote("explorer", step, metrics))

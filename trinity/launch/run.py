@@ -59,7 +59,6 @@ def run(config: Config) -> list[dict[str, Any]]:
 def run_stage(config: Config) -> dict[str, Any]:
     import ray
 
-    from trinity.buffer.queue import open_backup
     from trinity.launch.cluster import connect
     from trinity.launch.roles import ExplorerRole, TrainerRole
     from trinity.models.resolve import resolve_model_path
@@ -80,14 +79,11 @@ def run_stage(config: Config) -> dict[str, Any]:
     how = connect(config.cluster.ray_address, config.ray_namespace)
     print(f"[trinity] ray: {how} ({ray.cluster_resources().get('CPU', 0):.0f} CPUs)", file=sys.stderr)
     exp_buf = config.buffer.trainer_input.experience_buffer
-    backup = open_backup(exp_buf.path) if exp_buf.path else None
-    if backup is not None:
-        backup.close()  # opened here only to fail early on a bad path; the actor reopens it
     synchronizer = ray.remote(Synchronizer).options(num_cpus=SERVICE_CPUS).remote()
     buffer = (
         ray.remote(_BufferActor)
         .options(num_cpus=SERVICE_CPUS, max_concurrency=16, name=exp_buf.name)
-        .remote(exp_buf.capacity, exp_buf.path)
+        .remote(exp_buf)
     )
     trainer = (
         ray.remote(TrainerRole)
@@ -108,12 +104,12 @@ def run_stage(config: Config) -> dict[str, Any]:
 
 
 class _BufferActor:
-    """The experience queue as an actor; the SQLite/jsonl backup is opened in the actor."""
+    """The experience buffer (queue, priority queue, sql or file) as a threaded actor."""
 
-    def __init__(self, capacity: int, backup_path: str | None) -> None:
-        from trinity.buffer.queue import ExperienceQueue, open_backup
+    def __init__(self, storage) -> None:
+        from trinity.buffer import make_experience_buffer
 
-        self.queue = ExperienceQueue(capacity or 10000, open_backup(backup_path) if backup_path else None)
+        self.queue = make_experience_buffer(storage)
 
     def put(self, experiences):
         self.queue.put(experiences)

@@ -59,8 +59,16 @@ class Sample:
     model_version: int = 0  # version of the weights that produced it
 
 
+_FIRST_WIDTH = 64  # candidates first looked at for top-k / top-p; widened 8x as needed
+
+
 def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     """Set logits outside each row's top-k / top-p set to -inf.
+
+    Top-k is applied first; top-p then keeps the smallest prefix of the remaining tokens
+    (renormalized) whose mass reaches ``top_p``. Tokens tied with the last kept one stay.
+    Only the top candidates of each row are sorted (a full sort of a 50k vocabulary is
+    slow on a CPU); the candidate set widens until it covers every row's kept set.
 
     Args:
         logits: (B, V) float logits, already divided by the temperature.
@@ -75,17 +83,28 @@ def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
     if not bool(use_k.any()) and not bool(use_p.any()):
         return logits
     vocab = logits.size(-1)
-    sorted_logits, order = logits.sort(dim=-1, descending=True)
-    ranks = torch.arange(vocab, device=logits.device)
-    k = torch.where(use_k, top_k, torch.full_like(top_k, vocab))
-    remove = ranks[None, :] >= k[:, None]
+    k = torch.where(use_k, top_k.clamp(max=vocab), torch.full_like(top_k, vocab))
+    width = min(vocab, max(_FIRST_WIDTH, int(k[use_k].max()) if bool(use_k.any()) else 0))
     if bool(use_p.any()):
-        probs = sorted_logits.masked_fill(remove, float("-inf")).softmax(dim=-1)
+        # normalizer of the top-k renormalized distribution; the full row without top-k
+        full_lse = logits.logsumexp(dim=-1)
+    while True:
+        values = logits.topk(width, dim=-1).values  # (B, width), sorted descending
+        keep = torch.arange(width)[None, :] < k[:, None]
+        if not bool(use_p.any()):
+            break
+        masked = values.masked_fill(~keep, float("-inf"))
+        lse = torch.where(use_k & (k <= width), masked.logsumexp(dim=-1), full_lse)
+        probs = (masked - lse[:, None]).exp()
+        mass = probs.cumsum(dim=-1)
         # mass strictly before each token; the first token (0 before it) always stays
-        mass_before = probs.cumsum(dim=-1) - probs
-        remove |= mass_before >= top_p[:, None]
-    sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
-    return torch.empty_like(logits).scatter_(1, order, sorted_logits)
+        keep &= ~use_p[:, None] | (mass - probs < top_p[:, None])
+        covered = ~use_p | (mass[:, -1] >= top_p) | (use_k & (k <= width))
+        if width == vocab or bool(covered.all()):
+            break
+        width = min(vocab, width * 8)
+    threshold = values.masked_fill(~keep, float("inf")).min(dim=-1).values
+    return logits.masked_fill(logits < threshold[:, None], float("-inf"))
 
 
 def sample_tokens(
@@ -116,13 +135,22 @@ def sample_tokens(
     scaled = logits / scale[:, None]
     logprobs = scaled.log_softmax(dim=-1)
     allowed = scaled if banned is None else scaled.masked_fill(banned, float("-inf"))
-    tokens = allowed.argmax(dim=-1)
-    if not bool(greedy.all()):
-        filtered = filter_logits(allowed, top_k, top_p)
+    if bool(greedy.all()):
+        tokens = allowed.argmax(dim=-1)
+    else:
+        tokens = torch.zeros(logits.size(0), dtype=torch.long)
+        if bool(greedy.any()):
+            tokens[greedy] = allowed[greedy].argmax(dim=-1)
+        # inverse-CDF sampling: one uniform number per row instead of one per token
+        # (torch.multinomial draws a vocabulary's worth of random numbers, ~40x slower);
+        # zero-probability tokens are flat steps of the CDF, which right=True never picks
+        cdf = filter_logits(allowed, top_k, top_p).softmax(dim=-1).cumsum(dim=-1)
         for rows, generator in generators:
             rows = rows[~greedy[rows]]
             if rows.numel() == 0:
                 continue
-            probs = filtered[rows].softmax(dim=-1)
-            tokens[rows] = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+            row_cdf = cdf if rows.numel() == cdf.size(0) else cdf[rows]
+            u = torch.rand(rows.numel(), generator=generator) * row_cdf[:, -1]
+            picked = torch.searchsorted(row_cdf, u[:, None], right=True).squeeze(-1)
+            tokens[rows] = picked.clamp(max=cdf.size(-1) - 1)
     return tokens, logprobs.gather(1, tokens[:, None]).squeeze(-1)

@@ -1,8 +1,8 @@
 """Experiences as plain text (terminal, pipes) and as HTML (the web viewer).
 
-In HTML each response token is a box shaded by its probability ``exp(logprob)``:
-green near 1, red near 0; tokens outside ``action_mask`` are struck through, and
-hovering shows id, logprob, probability and advantage.
+In HTML each response token is a box with its logprob underneath, shaded by its
+probability ``exp(logprob)``: green near 1, red near 0; tokens outside ``action_mask``
+are struck through, and hovering shows id, logprob, probability and advantage.
 """
 
 from __future__ import annotations
@@ -60,8 +60,9 @@ table { border-collapse: collapse; width: 100%; }
 th, td { border-bottom: 1px solid #ddd; padding: 4px 8px; text-align: left; vertical-align: top; }
 td.text { max-width: 32em; white-space: pre-wrap; overflow-wrap: anywhere; }
 pre { white-space: pre-wrap; background: #f6f6f6; padding: 8px; overflow-wrap: anywhere; }
-.tok { display: inline-block; padding: 1px 2px; margin: 1px; border-radius: 3px;
-       font-family: ui-monospace, monospace; white-space: pre; }
+.tok { display: inline-block; padding: 1px 3px; margin: 1px; border-radius: 3px;
+       font-family: ui-monospace, monospace; white-space: pre; text-align: center; }
+.tok .lp { display: block; font-size: 70%; color: #555; }
 .untrained { text-decoration: line-through; opacity: 0.6; }
 .nav a { margin-right: 1em; }
 """
@@ -93,7 +94,8 @@ def token_html(view: ExperienceView) -> str:
         cls = "tok" if t.trained else "tok untrained"
         spans.append(
             f"<span class='{cls}' style='background:{_shade(t.logprob)}' "
-            f"title='{html.escape(tip, quote=True)}'>{html.escape(t.text)}</span>"
+            f"title='{html.escape(tip, quote=True)}'>{html.escape(t.text)}"
+            f"<span class='lp'>{fmt(t.logprob, 2)}</span></span>"
         )
     return "".join(spans)
 

@@ -11,7 +11,7 @@ import threading
 import time
 
 import torch
-from buffer_testing import assert_same_experience, experiences, full_experience
+from buffer_testing import assert_same_experience, experiences, full_experience, storage_config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import delete
@@ -102,8 +102,6 @@ def test_a_writer_waits_for_an_open_write_so_ids_commit_in_order(postgres_url: s
 
 
 def test_sql_buffer_and_taskset_on_postgres(postgres_url: str) -> None:
-    from buffer_testing import storage_config
-
     buffer = make_experience_buffer(
         storage_config(storage_type="sql", path=postgres_url, max_read_timeout=0.2)
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import pytest
@@ -15,7 +14,6 @@ from trinity.pipeline import (
     OperatorError,
     build_operator,
 )
-from trinity.pipeline.data_juicer import DataJuicerMissingError
 from trinity.types import EID, Experience
 from trinity.utils.registry import UnknownNameError
 
@@ -203,11 +201,3 @@ def test_user_operator_by_dotted_path_and_config_errors() -> None:
         ExperiencePipeline([{"name": "zero_varaince_filter"}])
     with pytest.raises(OperatorError, match=r"'zero_variance_filter': bad args \['tol'\]"):
         ExperiencePipeline([{"name": "zero_variance_filter", "args": {"tol": 1}}])
-
-
-@pytest.mark.skipif(
-    importlib.util.find_spec("data_juicer") is not None, reason="Data-Juicer is installed"
-)
-def test_data_juicer_without_the_package_names_it() -> None:
-    with pytest.raises(DataJuicerMissingError, match="pip install py-data-juicer"):
-        ExperiencePipeline([{"name": "data_juicer", "args": {"config_path": "dj.yaml"}}])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +16,6 @@ from trinity.pipeline import (
     build_operator,
     run_task_pipeline,
 )
-from trinity.pipeline.data_juicer import DataJuicerMissingError
 
 ROWS = [
     {"question": "1+1", "answer": "2", "level": 1},
@@ -114,11 +112,3 @@ def test_run_task_pipeline_writes_a_taskset(tmp_path: Path) -> None:
     assert [t.prompt for t in reader.read_batch()] == ["1+1", "2+2", "3+3"]
     with pytest.raises(OperatorError, match="inputs names no task file"):
         run_task_pipeline(TaskPipelineConfig(inputs=[]), str(tmp_path / "x.jsonl"))
-
-
-@pytest.mark.skipif(
-    importlib.util.find_spec("data_juicer") is not None, reason="Data-Juicer is installed"
-)
-def test_data_juicer_task_operator_without_the_package() -> None:
-    with pytest.raises(DataJuicerMissingError, match="pip install py-data-juicer"):
-        TaskPipeline([{"name": "data_juicer", "args": {"process": [{"text_length_filter": {}}]}}])

@@ -94,6 +94,9 @@ class StorageConfig:
         None, "seconds before an experience may be read again (priority queue); unset: never reused"
     )
     capacity: int = setting(10000, "most experiences held in memory (queue)")
+    skip_invalid_rows: bool = setting(
+        False, "skip and count malformed rows instead of stopping with an error naming file, line and key"
+    )
     is_eval: bool = setting(False, "set by resolve: true for eval tasksets")
 
 

@@ -1,0 +1,104 @@
+"""Top-k / top-p filtering and token sampling on hand-made distributions."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from trinity.models.sampling import filter_logits, sample_tokens
+
+# probabilities 0.5, 0.3, 0.15, 0.05
+LOGITS = torch.tensor([0.5, 0.3, 0.15, 0.05]).log()
+
+
+def kept(top_k: int, top_p: float) -> list[int]:
+    out = filter_logits(LOGITS[None], torch.tensor([top_k]), torch.tensor([top_p]))
+    return torch.isfinite(out[0]).nonzero().squeeze(-1).tolist()
+
+
+def test_top_p_keeps_the_smallest_prefix_reaching_the_mass():
+    # mass before each token: 0, 0.5, 0.8, 0.95
+    assert kept(-1, 0.7) == [0, 1]  # 0.8 >= 0.7 drops token 2
+    assert kept(-1, 0.82) == [0, 1, 2]  # 0.8 < 0.82 keeps it
+    assert kept(-1, 0.45) == [0]  # 0.5 >= 0.45 drops token 1
+    assert kept(-1, 1e-9) == [0]  # the top token always stays
+    assert kept(-1, 1.0) == [0, 1, 2, 3]
+
+
+def test_top_k_then_top_p_on_the_renormalized_rest():
+    assert kept(3, 1.0) == [0, 1, 2]
+    # top-3 renormalized: 0.5/0.95 = 0.526, 0.3/0.95 = 0.316, 0.158;
+    # mass before token 2 = 0.842 >= 0.82, so it goes (without top-k it stayed)
+    assert kept(3, 0.82) == [0, 1]
+    assert kept(1, 1.0) == [0]
+    assert kept(10, 1.0) == [0, 1, 2, 3]  # k beyond the vocabulary keeps everything
+
+
+def test_rows_filter_independently():
+    logits = LOGITS.repeat(3, 1)
+    out = filter_logits(logits, torch.tensor([-1, 2, -1]), torch.tensor([1.0, 1.0, 0.7]))
+    assert torch.isfinite(out).sum(dim=-1).tolist() == [4, 2, 2]
+    torch.testing.assert_close(out[0], LOGITS)  # an unfiltered row is unchanged
+
+
+def test_wide_top_p_set_matches_a_full_sort():
+    # slowly decaying over 1000 tokens: the kept set is far wider than the 64 first
+    # candidates, so the candidate set has to widen
+    logits = -torch.arange(1000, dtype=torch.float32)[None] * 1e-3
+    out = filter_logits(logits, torch.tensor([-1]), torch.tensor([0.5]))
+    probs = logits.softmax(-1)[0]
+    expected = int(((probs.cumsum(0) - probs) < 0.5).sum())
+    assert expected > 300
+    assert int(torch.isfinite(out).sum()) == expected
+
+
+def test_sampling_frequencies_follow_the_filtered_distribution():
+    rows = 20000
+    logits = torch.tensor([0.5, 0.3, 0.2, 0.0]).log().repeat(rows, 1)  # token 3: -inf
+    generator = torch.Generator().manual_seed(0)
+    tokens, logprobs = sample_tokens(
+        logits,
+        torch.ones(rows),
+        torch.full((rows,), -1),
+        torch.ones(rows),
+        [(torch.arange(rows), generator)],
+    )
+    freq = torch.bincount(tokens, minlength=4).float() / rows
+    # standard error of a frequency near 0.5 is sqrt(0.25 / 20000) = 0.0035
+    torch.testing.assert_close(freq, torch.tensor([0.5, 0.3, 0.2, 0.0]), atol=0.015, rtol=0)
+    torch.testing.assert_close(logprobs, logits.gather(1, tokens[:, None]).squeeze(-1))
+
+
+def test_logprobs_use_the_temperature_and_one_for_greedy():
+    # logits [0, ln 3]: at T = 1 the probabilities are 1/4, 3/4;
+    # at T = 2 they are 1 : sqrt(3), so token 1 has sqrt(3) / (1 + sqrt(3)) = 0.634
+    logits = torch.tensor([[0.0, math.log(3)], [0.0, math.log(3)]])
+    generator = torch.Generator().manual_seed(0)
+    banned = torch.tensor([[True, False], [False, False]])  # row 0 may only pick token 1
+    tokens, logprobs = sample_tokens(
+        logits,
+        torch.tensor([2.0, 0.0]),
+        torch.tensor([-1, -1]),
+        torch.tensor([1.0, 1.0]),
+        [(torch.arange(2), generator)],
+        banned,
+    )
+    assert tokens.tolist() == [1, 1]
+    sqrt3 = math.sqrt(3)
+    expected = torch.tensor([math.log(sqrt3 / (1 + sqrt3)), math.log(0.75)])
+    torch.testing.assert_close(logprobs, expected)
+
+
+def test_greedy_row_ignores_its_generator():
+    logits = torch.tensor([[0.0, 1.0, 0.5]])
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        tokens, _ = sample_tokens(
+            logits,
+            torch.tensor([0.0]),
+            torch.tensor([-1]),
+            torch.tensor([1.0]),
+            [(torch.arange(1), generator)],
+        )
+        assert tokens.tolist() == [1]
