@@ -1,0 +1,7 @@
+"""Rollout models: where the policy's samples come from.
+
+- ``resolve``: model path (local dir, ``.gguf``, built-in name, hub id) -> loadable dir
+- ``sampling``: ``SamplingParams``, ``Sample`` and the per-step token sampler
+- ``engine``: ``TransformersEngine``, batched KV-cache decoding on the CPU
+- ``wrapper``: ``ModelWrapper``, chat/generate calls that return ``Experience`` objects
+"""

@@ -72,7 +72,10 @@ class TransformersEngine:
         max_model_len: longest prompt + response; defaults to the model's
             ``max_position_embeddings``.
         seed: seeds the generator used by requests without their own seed.
-        num_threads: torch intra-op threads (process-wide); None leaves torch's default.
+        num_threads: torch intra-op threads (process-wide); None leaves torch's default
+            (one per core). When other busy processes share the cores (a trainer on the
+            same machine), 1 is much faster: OpenMP threads that wait for a descheduled
+            peer can slow a decode step down by 10x or more.
         max_batch_size: most sequences merged into one decode batch.
         batch_window_s: how long the worker waits for more requests before decoding.
     """

@@ -71,11 +71,13 @@ def resolve_model_path(model_path: str, cache_dir: str | Path | None = None) -> 
         ModelConversionError: a GGUF file could not be converted.
     """
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    builtin = _builtin_gguf(model_path)
-    if builtin is not None:
-        return _convert_gguf_cached(builtin, cache)
-
     path = Path(model_path).expanduser()
+    # an existing path wins over a built-in name of the same spelling, unless "builtin:"
+    if model_path.strip().lower().startswith(_BUILTIN_PREFIX) or not path.exists():
+        builtin = _builtin_gguf(model_path)
+        if builtin is not None:
+            return _convert_gguf_cached(builtin, cache)
+
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ModelNotFoundError(

@@ -22,17 +22,16 @@ from trinity.models.engine import TransformersEngine
 from trinity.models.sampling import Sample, SamplingParams
 from trinity.types import Experience
 
-# rollout_args keys and the SamplingParams field each one sets
+# rollout_args keys, each the SamplingParams field of the same name (n is chat's own argument)
 _ROLLOUT_KEYS = {
-    "n": "n",
-    "temperature": "temperature",
-    "top_p": "top_p",
-    "top_k": "top_k",
-    "max_tokens": "max_tokens",
-    "min_tokens": "min_tokens",
-    "stop_token_ids": "stop_token_ids",
-    "ignore_eos": "ignore_eos",
-    "seed": "seed",
+    "temperature",
+    "top_p",
+    "top_k",
+    "max_tokens",
+    "min_tokens",
+    "stop_token_ids",
+    "ignore_eos",
+    "seed",
 }
 _IGNORED_KEYS = {"logprobs"}  # logprobs are always returned
 
@@ -158,18 +157,18 @@ class ModelWrapper:
         return ids[len(ids) - longest :], True
 
     def _params(self, n: int, rollout_args: dict[str, Any]) -> SamplingParams:
-        unknown = set(rollout_args) - set(_ROLLOUT_KEYS) - _IGNORED_KEYS
+        unknown = set(rollout_args) - _ROLLOUT_KEYS - _IGNORED_KEYS
         if unknown:
             raise TypeError(
                 f"unknown rollout_args {sorted(unknown)}; allowed: "
-                f"{sorted(set(_ROLLOUT_KEYS) | _IGNORED_KEYS)}"
+                f"{sorted(_ROLLOUT_KEYS | _IGNORED_KEYS)}"
             )
         values: dict[str, Any] = {"n": n, "min_tokens": self.min_response_tokens}
         if self.max_response_tokens is not None:
             values["max_tokens"] = self.max_response_tokens
         for key, value in rollout_args.items():
             if key in _ROLLOUT_KEYS and value is not None:
-                values[_ROLLOUT_KEYS[key]] = value
+                values[key] = value
         if values.get("max_tokens") is not None:
             values["min_tokens"] = min(values["min_tokens"], values["max_tokens"])
         return SamplingParams(**values)

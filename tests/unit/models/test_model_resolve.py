@@ -229,3 +229,10 @@ def test_builtin_model_is_complete_and_trainable(smollm2_dir):
     loss.backward()
     assert torch.isfinite(loss)
     assert model.model.layers[0].mlp.up_proj.weight.grad.abs().sum() > 0
+
+
+def test_existing_directory_wins_over_a_builtin_name(tiny_model_dir, tmp_path, monkeypatch):
+    local = tmp_path / "SmolLM2-135M-Instruct"
+    local.symlink_to(tiny_model_dir, target_is_directory=True)
+    monkeypatch.chdir(tmp_path)
+    assert resolve_model_path("SmolLM2-135M-Instruct") == Path("SmolLM2-135M-Instruct")

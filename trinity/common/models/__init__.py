@@ -1,0 +1,1 @@
+"""Import path named by the user docs for model utilities (``trinity.common.models.utils``)."""

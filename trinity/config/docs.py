@@ -1,0 +1,95 @@
+"""Render the config reference (``docs/config.md``) from the schema's help strings.
+
+    python -m trinity.config.docs > docs/config.md
+
+The reference is generated, so it cannot drift from the dataclasses; a test checks
+that the committed file equals the rendered one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any
+
+from trinity.config import Config
+
+HEADER = """# Config reference
+
+Every field of the YAML config, generated from the schema (`trinity/config/schema/`) by
+`python -m trinity.config.docs > docs/config.md`. Keys are shown as dotted paths; list
+items as `[]`. Defaults marked *derived* are computed by the resolve step (see
+`docs/architecture.md`). `trinity run --config FILE --dry-run` prints a config with
+every value resolved.
+"""
+
+
+def _type_name(tp: Any) -> str:
+    text = str(tp).replace("typing.", "")
+    for prefix in ("trinity.config.schema.",):
+        text = text.replace(prefix, "")
+    if isinstance(tp, type):
+        return tp.__name__
+    return text
+
+
+def _default(f: dataclasses.Field) -> str:
+    if f.default is not dataclasses.MISSING:
+        return repr(f.default)
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        value = f.default_factory()  # type: ignore[misc]
+        return "(section)" if dataclasses.is_dataclass(value) else repr(value)
+    return "required"
+
+
+def _nested_dataclass(tp: Any) -> type | None:
+    """The dataclass inside ``tp`` (itself, Optional[...], or list[...])."""
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return tp
+    for arg in typing.get_args(tp):
+        found = _nested_dataclass(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _rows(cls: type, prefix: str, seen: set[type]) -> list[tuple[str, str, str, str]]:
+    rows = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name.startswith("_"):
+            continue
+        tp = hints[f.name]
+        key = f"{prefix}{f.name}"
+        nested = _nested_dataclass(tp)
+        is_list = typing.get_origin(tp) is list or any(
+            typing.get_origin(a) is list for a in typing.get_args(tp)
+        )
+        is_dict = typing.get_origin(tp) is dict
+        rows.append((key, _type_name(tp), _default(f), f.metadata.get("help", "")))
+        if nested is not None and nested not in seen:
+            child = f"{key}[]." if is_list else (f"{key}.<name>." if is_dict else f"{key}.")
+            rows.extend(_rows(nested, child, seen | {nested}))
+    return rows
+
+
+def render() -> str:
+    sections: dict[str, list[str]] = {}
+    for key, tp, default, help_text in _rows(Config, "", {Config}):
+        nested = "." in key or "[" in key or tp.endswith("Config")
+        top = key.split(".")[0].split("[")[0] if nested else "global"
+
+        def cell(text: str) -> str:
+            return text.replace("|", "\\|")
+
+        sections.setdefault(top, []).append(
+            f"| `{key}` | {cell(tp)} | {cell(default)} | {cell(help_text)} |"
+        )
+    lines = [HEADER]
+    for name, rows in sections.items():
+        lines += ["", f"## `{name}`", "", "| key | type | default | meaning |", "|---|---|---|---|", *rows]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(render(), end="")
