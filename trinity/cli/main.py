@@ -47,11 +47,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(dry_run_report(config))
         return 0
+    from trinity.launch.cluster import ClusterError
     from trinity.launch.run import RunError, run
 
     try:
         run(config)
-    except RunError as err:
+    except (RunError, ClusterError) as err:
         print(f"trinity: {err}", file=sys.stderr)
         return 1
     return 0

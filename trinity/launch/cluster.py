@@ -1,6 +1,7 @@
 """Connecting to Ray: join a running cluster, or start a local one for this run.
 
-``cluster.ray_address`` (or ``RAY_ADDRESS``) names a cluster to join. Without one we
+``cluster.ray_address`` (or ``RAY_ADDRESS``) names a cluster to join. With "auto" or
+nothing we
 join the cluster started on this machine with ``ray start --head`` when it is alive,
 and otherwise start a local Ray instance that lives as long as this process.
 
@@ -57,11 +58,11 @@ def connect(ray_address: str | None, namespace: str) -> str:
     address = ray_address or os.environ.get("RAY_ADDRESS") or ""
     if address in ("", "auto"):
         running = running_cluster_address()
-        if running is None and address == "auto":
-            raise ClusterError("cluster.ray_address is 'auto' but no Ray cluster is running here")
         # "auto" (not the address itself) lets Ray pick up the local session's settings
         address = "auto" if running else ""
     if not address:
+        # Ray lowers its workers' priority by default; the actors are the run's real work
+        os.environ.setdefault("RAY_worker_niceness", "0")
         ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, **common)
         return "started"
     try:

@@ -104,6 +104,8 @@ def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
             break
         width = min(vocab, width * 8)
     threshold = values.masked_fill(~keep, float("inf")).min(dim=-1).values
+    # rows without top-k or top-p keep everything, not just the candidates
+    threshold = threshold.masked_fill(~(use_k | use_p), float("-inf"))
     return logits.masked_fill(logits < threshold[:, None], float("-inf"))
 
 

@@ -264,3 +264,24 @@ def test_chat_template_tokens(engine):
     text = engine.tokenizer.decode(ids)
     assert text.startswith("<|im_start|>system\n")
     assert text.endswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_merged_requests_keep_their_own_params(tiny_model_dir, engine, reference):
+    # one batch: a greedy request that finishes after 2 tokens, a greedy request that
+    # runs on after it is dropped from the batch, a top-k=1 request (greedy in effect),
+    # and a seeded sampling request
+    seeded = SamplingParams(n=2, max_tokens=6, seed=11)
+    alone = engine.generate([PROMPTS[2]], seeded)
+    with TransformersEngine(str(tiny_model_dir), dtype="float32", batch_window_s=0.5) as eng:
+        short = eng.submit([PROMPTS[0]], SamplingParams(temperature=0, max_tokens=2))
+        long = eng.submit(PROMPTS[1:], SamplingParams(temperature=0, max_tokens=10))
+        top1 = eng.submit([PROMPTS[0]], SamplingParams(temperature=2.0, top_k=1, max_tokens=5))
+        sampled = eng.submit([PROMPTS[2]], seeded)
+        results = [f.result() for f in (short, long, top1, sampled)]
+        assert eng.num_batches == 1
+    short_r, long_r, top1_r, sampled_r = results
+    assert short_r[0][0].token_ids == hf_greedy(reference, PROMPTS[0], 2)
+    for prompt, [sample] in zip(PROMPTS[1:], long_r, strict=True):
+        assert sample.token_ids == hf_greedy(reference, prompt, 10)
+    assert top1_r[0][0].token_ids == hf_greedy(reference, PROMPTS[0], 5)
+    assert_same_samples(sampled_r, alone)

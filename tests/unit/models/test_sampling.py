@@ -42,6 +42,14 @@ def test_rows_filter_independently():
     torch.testing.assert_close(out[0], LOGITS)  # an unfiltered row is unchanged
 
 
+def test_unfiltered_row_keeps_a_wide_vocabulary():
+    # 100 tokens, more than the first candidate set: the row without top-k / top-p
+    # must keep all of them while its neighbour keeps 2
+    logits = torch.randn(2, 100, generator=torch.Generator().manual_seed(0))
+    out = filter_logits(logits, torch.tensor([-1, 2]), torch.tensor([1.0, 1.0]))
+    assert torch.isfinite(out).sum(dim=-1).tolist() == [100, 2]
+
+
 def test_wide_top_p_set_matches_a_full_sort():
     # slowly decaying over 1000 tokens: the kept set is far wider than the 64 first
     # candidates, so the candidate set has to widen
