@@ -63,6 +63,9 @@ def connect(ray_address: str | None, namespace: str) -> str:
     if not address:
         # Ray lowers its workers' priority by default; the actors are the run's real work
         os.environ.setdefault("RAY_worker_niceness", "0")
+        # OpenMP threads that spin while a sibling is descheduled make torch many times
+        # slower whenever another process is busy; sleeping threads degrade gracefully
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, **common)
         return "started"
     try:

@@ -1,11 +1,12 @@
 """CPU rollout engine on transformers: batched sampling with a KV cache.
 
 One background worker thread owns the model. ``generate`` calls from any number of
-threads (or ``agenerate`` from event loops) put requests on a queue; the worker merges
-the requests that arrive within ``batch_window_s`` of each other (up to
-``max_batch_size`` sequences) into one decode batch, so concurrent workflow runners
-share forward passes. Weight updates (``load_state_dict``) take the same lock as a
-batch, so they land between batches, never in the middle of a decode.
+threads (or ``agenerate`` from event loops) are merged by a
+:class:`~trinity.models.batcher.RequestBatcher`: requests that arrive within
+``batch_window_s`` of each other (up to ``max_batch_size`` sequences) form one decode
+batch, so concurrent workflow runners share forward passes. Weight updates
+(``load_state_dict``) take the same lock as a batch, so they land between batches,
+never in the middle of a decode.
 
 Decoding: prompts are left-padded (attention mask + explicit position ids), each
 distinct prompt is prefilled once and its KV cache repeated for its ``n`` samples, and
@@ -20,10 +21,7 @@ Logprobs follow the convention in :mod:`trinity.models.sampling`.
 from __future__ import annotations
 
 import asyncio
-import logging
-import queue
 import threading
-import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -31,10 +29,10 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
+from trinity.models.batcher import RequestBatcher
+from trinity.models.cpu_linear import pack_linears, packing_supported, repack
 from trinity.models.resolve import resolve_model_path
-from trinity.models.sampling import Sample, SamplingParams, sample_tokens
-
-logger = logging.getLogger(__name__)
+from trinity.models.sampling import FinishReason, Sample, SamplingParams, sample_tokens
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 # logits kept at once by compute_logprobs: tokens x vocab floats, about 256 MB in float32
@@ -49,7 +47,6 @@ class PromptTooLongError(ValueError):
 class _Request:
     prompts: list[list[int]]
     params: SamplingParams
-    future: Future
 
 
 @dataclass
@@ -75,9 +72,12 @@ class TransformersEngine:
         num_threads: torch intra-op threads (process-wide); None leaves torch's default
             (one per core). When other busy processes share the cores (a trainer on the
             same machine), 1 is much faster: OpenMP threads that wait for a descheduled
-            peer can slow a decode step down by 10x or more.
+            peer can slow a decode step down by 10x or more (``OMP_WAIT_POLICY=PASSIVE``
+            in the environment, set before torch is imported, also avoids it).
         max_batch_size: most sequences merged into one decode batch.
         batch_window_s: how long the worker waits for more requests before decoding.
+        pack_weights: keep oneDNN-packed copies of bf16 linear weights for faster
+            decoding (see :mod:`trinity.models.cpu_linear`); ignored where unsupported.
     """
 
     def __init__(
@@ -89,6 +89,7 @@ class TransformersEngine:
         num_threads: int | None = None,
         max_batch_size: int = 64,
         batch_window_s: float = 0.01,
+        pack_weights: bool = True,
     ) -> None:
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
@@ -101,19 +102,24 @@ class TransformersEngine:
         self.model = AutoModelForCausalLM.from_pretrained(
             path, dtype=_DTYPES[dtype], attn_implementation="sdpa"
         ).eval()
+        self._packed = pack_linears(self.model) if pack_weights and packing_supported() else []
         self.dtype = dtype
         self.max_model_len = max_model_len or int(self.model.config.max_position_embeddings)
         self.eos_token_ids = self._eos_token_ids()
         self.pad_token_id = self._pad_token_id()
         self.max_batch_size = max_batch_size
-        self.batch_window_s = batch_window_s
         self.model_version = 0
         self.num_batches = 0  # decode batches run so far
         self._generator = torch.Generator().manual_seed(seed)
         self._lock = threading.Lock()  # held for a whole batch, a weight swap, a scoring pass
-        self._queue: queue.Queue[_Request | None] = queue.Queue()
-        self._worker = threading.Thread(target=self._serve, name="rollout-engine", daemon=True)
-        self._worker.start()
+        self._batcher: RequestBatcher[_Request, list[list[Sample]]] = RequestBatcher(
+            self._run_requests,
+            size_of=lambda r: r.params.n * len(r.prompts),
+            max_size=max_batch_size,
+            window_s=batch_window_s,
+            on_start=self._set_threads,
+            name="rollout-engine",
+        )
 
     # ---- public API -----------------------------------------------------------------
 
@@ -134,11 +140,7 @@ class TransformersEngine:
     def submit(self, prompts: list[list[int]], params: SamplingParams) -> Future:
         """Queue a request; the future resolves to ``n`` samples per prompt."""
         self._check_prompts(prompts)
-        if not self._worker.is_alive():
-            raise RuntimeError("The engine is closed; create a new TransformersEngine.")
-        future: Future = Future()
-        self._queue.put(_Request([list(p) for p in prompts], params, future))
-        return future
+        return self._batcher.submit(_Request([list(p) for p in prompts], params))
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
         """Sample ``params.n`` responses for each prompt (blocking, thread-safe).
@@ -188,21 +190,23 @@ class TransformersEngine:
         Keys missing from ``state_dict`` are allowed only for parameters tied to a key
         that is present (e.g. ``lm_head.weight`` tied to the input embeddings).
         """
+        expected = set(self.model.state_dict())
+        missing = expected - state_dict.keys() - self._tied_aliases(state_dict)
+        unexpected = state_dict.keys() - expected
+        if missing or unexpected:
+            # checked before loading, so a bad state dict leaves the weights untouched
+            raise KeyError(
+                f"state_dict does not match the model: missing {sorted(missing)}, "
+                f"unexpected {sorted(unexpected)}"
+            )
         with self._lock:
-            result = self.model.load_state_dict(state_dict, strict=False)
-            missing = set(result.missing_keys) - self._tied_aliases(state_dict)
-            if result.unexpected_keys or missing:
-                raise KeyError(
-                    f"state_dict does not match the model: missing {sorted(missing)}, "
-                    f"unexpected {sorted(result.unexpected_keys)}"
-                )
+            self.model.load_state_dict(state_dict, strict=False)
+            repack(self._packed)
             self.model_version = version
 
     def close(self) -> None:
         """Stop the worker after the queued requests are served."""
-        if self._worker.is_alive():
-            self._queue.put(None)
-            self._worker.join()
+        self._batcher.close()
 
     def __enter__(self) -> TransformersEngine:
         return self
@@ -212,47 +216,13 @@ class TransformersEngine:
 
     # ---- batching worker ------------------------------------------------------------
 
-    def _serve(self) -> None:
+    def _set_threads(self) -> None:
         if self.num_threads is not None:
             torch.set_num_threads(self.num_threads)
-        carry: _Request | None = None
-        stopping = False
-        while not stopping:
-            first = carry if carry is not None else self._queue.get()
-            carry = None
-            if first is None:
-                break
-            batch, rows = [first], first.params.n * len(first.prompts)
-            deadline = time.monotonic() + self.batch_window_s
-            while rows < self.max_batch_size:
-                try:
-                    request = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
-                except queue.Empty:
-                    break
-                if request is None:
-                    stopping = True
-                    break
-                size = request.params.n * len(request.prompts)
-                if rows + size > self.max_batch_size:
-                    carry = request
-                    break
-                batch.append(request)
-                rows += size
-            self._run(batch)
 
-    def _run(self, requests: list[_Request]) -> None:
-        try:
-            with self._lock, torch.inference_mode():
-                samples = self._generate_batch(requests)
-        except Exception as error:
-            logger.exception("rollout batch of %d requests failed", len(requests))
-            for request in requests:
-                if not request.future.done():
-                    request.future.set_exception(error)
-            return
-        for request, result in zip(requests, samples, strict=True):
-            if not request.future.done():  # a caller may have cancelled its future
-                request.future.set_result(result)
+    def _run_requests(self, requests: list[_Request]) -> list[list[list[Sample]]]:
+        with self._lock, torch.inference_mode():
+            return self._generate_batch(requests)
 
     def _generate_batch(self, requests: list[_Request]) -> list[list[list[Sample]]]:
         entries: list[_Entry] = []
@@ -280,9 +250,12 @@ class TransformersEngine:
 
     # ---- decoding -------------------------------------------------------------------
 
-    def _decode(self, entries: list[_Entry]) -> list[list[Sample]]:
-        """Decode one batch; returns ``n`` samples per entry."""
-        self.num_batches += 1
+    def _prefill(self, entries: list[_Entry]) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
+        """Run the left-padded prompts once.
+
+        Returns:
+            the KV cache, next-token logits (E, V) float32, attention mask (E, P) int64.
+        """
         lengths = [len(e.prompt) for e in entries]
         width = max(lengths)
         input_ids = torch.full((len(entries), width), self.pad_token_id, dtype=torch.long)
@@ -300,7 +273,13 @@ class TransformersEngine:
             use_cache=True,
             logits_to_keep=1,
         )
-        logits = out.logits[:, -1].float()
+        return cache, out.logits[:, -1].float(), mask
+
+    def _decode(self, entries: list[_Entry]) -> list[list[Sample]]:
+        """Decode one batch; returns ``n`` samples per entry."""
+        self.num_batches += 1
+        lengths = [len(e.prompt) for e in entries]
+        cache, logits, mask = self._prefill(entries)
 
         # one row per sample: the prefill of each prompt is shared by its n samples
         owner = [i for i, e in enumerate(entries) for _ in range(e.params.n)]
@@ -322,7 +301,7 @@ class TransformersEngine:
 
         tokens_out: list[list[int]] = [[] for _ in owner]
         logprobs_out: list[list[float]] = [[] for _ in owner]
-        finish: list[str] = ["length"] * len(owner)
+        finish: list[FinishReason] = ["length"] * len(owner)
         alive = list(range(len(owner)))  # row ids still decoding, in batch order
         while True:
             banned = self._banned(alive, params, stops, tokens_out, logits.size(-1))
@@ -360,7 +339,7 @@ class TransformersEngine:
             logits = out.logits[:, -1].float()
 
         samples = [
-            Sample(tokens_out[r], logprobs_out[r], finish[r], self.model_version)  # type: ignore[arg-type]
+            Sample(tokens_out[r], logprobs_out[r], finish[r], self.model_version)
             for r in range(len(owner))
         ]
         grouped: list[list[Sample]] = [[] for _ in entries]

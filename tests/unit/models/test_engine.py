@@ -285,3 +285,18 @@ def test_merged_requests_keep_their_own_params(tiny_model_dir, engine, reference
         assert sample.token_ids == hf_greedy(reference, prompt, 10)
     assert top1_r[0][0].token_ids == hf_greedy(reference, PROMPTS[0], 5)
     assert_same_samples(sampled_r, alone)
+
+
+def test_bf16_greedy_matches_transformers_bf16(bf16_engine, tiny_model_dir):
+    reference_bf16 = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16)
+    [[sample]] = bf16_engine.generate([PROMPTS[0]], SamplingParams(temperature=0, max_tokens=8))
+    assert sample.token_ids == hf_greedy(reference_bf16.eval(), PROMPTS[0], 8)
+
+
+def test_closed_engine_serves_queued_requests_then_refuses(tiny_model_dir):
+    eng = TransformersEngine(str(tiny_model_dir), dtype="float32", batch_window_s=0.2)
+    pending = eng.submit([PROMPTS[0]], SamplingParams(temperature=0, max_tokens=3))
+    eng.close()
+    assert len(pending.result(timeout=10)[0][0].token_ids) == 3
+    with pytest.raises(RuntimeError, match="closed"):
+        eng.generate([PROMPTS[0]], SamplingParams(max_tokens=1))

@@ -1,0 +1,113 @@
+"""Merge requests from many threads into batches run by one worker thread.
+
+Callers ``submit`` items and get futures back. The worker takes the first waiting item,
+keeps collecting items for ``window_s`` (or until ``max_size`` would be exceeded), and
+hands the whole list to ``run_batch``, which returns one result per item. While a batch
+runs, new items queue up and form the next batch, so a busy engine batches by itself
+and the window only matters when it is idle.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Generic, TypeVar
+
+logger = logging.getLogger(__name__)
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
+class RequestBatcher(Generic[Item, Result]):
+    """A worker thread that runs ``run_batch`` over merged submissions.
+
+    Args:
+        run_batch: runs a list of items, returns their results in the same order.
+        size_of: how much of ``max_size`` an item takes (e.g. sequences it decodes).
+        max_size: most total size merged into one batch (a bigger item runs alone).
+        window_s: how long to wait for more items after the first one arrives.
+        on_start: called once in the worker thread before the first batch.
+    """
+
+    def __init__(
+        self,
+        run_batch: Callable[[list[Item]], list[Result]],
+        size_of: Callable[[Item], int],
+        max_size: int,
+        window_s: float,
+        on_start: Callable[[], None] | None = None,
+        name: str = "batcher",
+    ) -> None:
+        self._run_batch = run_batch
+        self._size_of = size_of
+        self._max_size = max_size
+        self._window_s = window_s
+        self._on_start = on_start
+        self._queue: queue.Queue[tuple[Item, Future] | None] = queue.Queue()
+        self._closed = False
+        self._closing = threading.Lock()  # orders submit() against close()
+        self._worker = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._worker.start()
+
+    def submit(self, item: Item) -> Future:
+        """Queue an item; the future resolves to its result (or its batch's error)."""
+        future: Future = Future()
+        with self._closing:
+            if self._closed:
+                raise RuntimeError("The engine is closed; create a new one.")
+            self._queue.put((item, future))
+        return future
+
+    def close(self) -> None:
+        """Serve what is queued, then stop the worker."""
+        with self._closing:
+            if self._closed:
+                return
+            self._closed = True
+            self._queue.put(None)
+        self._worker.join()
+
+    def _serve(self) -> None:
+        if self._on_start is not None:
+            self._on_start()
+        carry: tuple[Item, Future] | None = None
+        stopping = False
+        while not stopping:
+            first = carry if carry is not None else self._queue.get()
+            carry = None
+            if first is None:
+                break
+            batch, size = [first], self._size_of(first[0])
+            deadline = time.monotonic() + self._window_s
+            while size < self._max_size:
+                try:
+                    entry = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    break
+                if entry is None:
+                    stopping = True
+                    break
+                if size + self._size_of(entry[0]) > self._max_size:
+                    carry = entry  # opens the next batch
+                    break
+                batch.append(entry)
+                size += self._size_of(entry[0])
+            self._run(batch)
+
+    def _run(self, batch: list[tuple[Item, Future]]) -> None:
+        try:
+            results = self._run_batch([item for item, _ in batch])
+        except Exception as error:
+            logger.exception("batch of %d requests failed", len(batch))
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(error)
+            return
+        for (_, future), result in zip(batch, results, strict=True):
+            if not future.done():  # a caller may have cancelled its future
+                future.set_result(result)
