@@ -29,14 +29,34 @@ def reference_answer(truth: object) -> str:
     return (match.group(1) if match else text).replace(",", "").strip()
 
 
+_BOXED = re.compile(r"\\boxed\{((?:[^{}]|\{[^{}]*\})*)\}")
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:/\d+)?")
+
+
+def final_answer(response: str) -> str | None:
+    """The answer a response commits to: its last ``\\boxed{}``, else its last number.
+
+    Only a stated value counts: an expression such as "9 + 7" restating the question is
+    not an answer, so a policy cannot earn reward by echoing the task.
+    """
+    boxed = _BOXED.findall(response)
+    if boxed:
+        return boxed[-1].strip()
+    numbers = _NUMBER.findall(response.replace(",", ""))
+    return numbers[-1] if numbers else None
+
+
 def answers_match(response: str, truth: object) -> bool:
-    """True when the last answer stated in ``response`` equals the reference answer."""
+    """True when the final answer stated in ``response`` equals the reference answer."""
     from math_verify import parse, verify  # heavy import, only when rewards are computed
 
+    answer = final_answer(response)
+    if answer is None:
+        return False
     # math-verify's own timeouts use SIGALRM, which only works in the main thread;
     # workflows run in runner threads, whose time is bounded by explorer.max_timeout
-    gold = parse(reference_answer(truth), parsing_timeout=None)
-    predicted = parse(response.replace(",", ""), parsing_timeout=None)
+    gold = parse(f"${reference_answer(truth)}$", parsing_timeout=None)
+    predicted = parse(f"${answer}$", parsing_timeout=None)
     if not gold or not predicted:
         return False
     try:
