@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast data lint clean-venv
+.PHONY: demo test test-fast studio data lint clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -23,6 +23,9 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(VENV)/bin/pytest -q -m "not slow"
+
+studio: $(STAMP)
+	$(VENV)/bin/trinity studio --port 8080
 
 data: $(STAMP)
 	$(PY) examples/arithmetic/make_data.py

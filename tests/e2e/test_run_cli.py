@@ -116,7 +116,7 @@ def test_config_error_is_one_line_exit_2() -> None:
 def test_help_describes_commands() -> None:
     top = run_cli("--help")
     assert top.returncode == 0
-    for command in ("run", "convert"):
+    for command in ("run", "convert", "studio", "log", "view"):
         assert command in top.stdout
     run_help = run_cli("run", "--help")
     for option in ("--config", "--dry-run", "--plugin-dir", "KEY=VALUE"):

@@ -11,25 +11,23 @@ Configuration mistakes are reported on one line naming the key, exit code 2.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import logging
 import sys
-from pathlib import Path
 
 EXIT_CONFIG_ERROR = 2
 
 
 def _load_plugins(plugin_dirs: list[str]) -> None:
-    """Import every module directly inside the named directories (registers their parts)."""
-    for directory in plugin_dirs:
-        path = Path(directory)
-        if not path.is_dir():
-            raise SystemExit(f"trinity: --plugin-dir '{directory}' is not a directory")
-        sys.path.insert(0, str(path.resolve()))
-        for file in sorted(path.glob("*.py")):
-            spec = importlib.util.spec_from_file_location(f"trinity_plugin_{file.stem}", file)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
+    """Import every module directly inside the named directories (registers their parts).
+
+    The run's actors import the same directories again in their own processes.
+    """
+    from trinity.launch.run import PluginError, load_plugins
+
+    try:
+        load_plugins(plugin_dirs)
+    except PluginError as err:
+        raise SystemExit(f"trinity: {err}") from None
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -51,7 +49,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from trinity.launch.run import RunError, run
 
     try:
-        run(config)
+        run(config, plugin_dirs=args.plugin_dir)
     except (RunError, ClusterError) as err:
         print(f"trinity: {err}", file=sys.stderr)
         return 1
@@ -120,8 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     convert.set_defaults(func=_cmd_convert)
 
+    from trinity.cli.log import add_log_parser
+    from trinity.cli.studio import add_studio_parser
     from trinity.cli.view import add_view_parser
 
+    add_studio_parser(sub)
+    add_log_parser(sub)
     add_view_parser(sub)
     return parser
 

@@ -1,7 +1,8 @@
-"""Metrics of a run: monitor backends, the always-on jsonl file, plots, progress.
+"""What a run is doing: monitor backends, the always-on jsonl file, plots, progress,
+the Ray timeline (``timeline``) and the reader of the per-actor log files (``log_files``).
 
 ``make_monitor(...)`` builds the monitor of the explorer or trainer run; importing this
-package registers the built-in backends.
+package registers the built-in backends. The metric names are listed in docs/metrics.md.
 """
 
 from trinity.monitor import console, jsonl, mlflow, tensorboard, wandb  # noqa: F401 (registers backends)

@@ -6,6 +6,11 @@ Runs ``<name>_explorer`` and ``<name>_trainer`` are created in the experiment na
 MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD. The config is stored as the
 artifact ``config.json``. Characters MLflow rejects in metric names (such as ``@`` in
 ``mean@4``) become ``_``.
+
+With a database URI and no server (``sqlite:///mlflow.db``), MLflow would put
+artifacts in ``./mlruns`` of whatever directory the actor runs in; a new experiment
+then keeps them in ``<checkpoint_root_dir>/<project>/mlflow_artifacts`` instead. A
+tracking server (``http://...``) chooses its own artifact store.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ import os
 import re
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from trinity.monitor.base import Monitor, RunInfo
 from trinity.monitor.registry import MONITORS
@@ -22,10 +29,19 @@ from trinity.monitor.registry import MONITORS
 DEFAULT_URI = "http://localhost:5000"
 BATCH_LIMIT = 1000  # metrics per log_batch request accepted by the tracking server
 _INVALID_KEY_CHARS = re.compile(r"[^\w\-. /:]")
+_DATABASE_SCHEMES = {"sqlite", "postgresql", "mysql", "mssql"}
+ARTIFACTS_DIR = "mlflow_artifacts"
 
 
 def mlflow_key(key: str) -> str:
     return _INVALID_KEY_CHARS.sub("_", key)
+
+
+def artifact_location(uri: str, run: RunInfo) -> str | None:
+    """Where a new experiment keeps artifacts: the project directory for a database URI."""
+    if urlparse(uri).scheme.split("+")[0] not in _DATABASE_SCHEMES:
+        return None  # a server or a file store knows where artifacts go
+    return (Path(run.job_dir).resolve().parent / ARTIFACTS_DIR).as_uri()
 
 
 @MONITORS.register("mlflow")
@@ -50,9 +66,12 @@ class MlflowMonitor(Monitor):
         self._metric = Metric
         self.client = MlflowClient(tracking_uri=str(uri))
         experiment = self.client.get_experiment_by_name(run.project)
-        experiment_id = (
-            experiment.experiment_id if experiment else self.client.create_experiment(run.project)
-        )
+        if experiment is not None:
+            experiment_id = experiment.experiment_id
+        else:
+            experiment_id = self.client.create_experiment(
+                run.project, artifact_location=artifact_location(str(uri), run)
+            )
         created = self.client.create_run(
             experiment_id, run_name=run.run_name, tags={"trinity.role": run.role}
         )

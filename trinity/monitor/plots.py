@@ -5,7 +5,7 @@ Reads ``<job_dir>/monitor/*_metrics.jsonl`` (the explorer and trainer runs) and 
 
     python -c "from trinity.monitor.plots import write_html_report; print(write_html_report('JOB_DIR'))"
 
-Metric keys, as the modules emit them:
+Metric keys, as the modules emit them (docs/metrics.md lists every one):
 
 explorer run (``<name>_explorer``)
     ``rollout/reward/mean``, ``rollout/reward/std``     total reward of the rollouts

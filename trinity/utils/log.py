@@ -6,7 +6,8 @@ own file under the job's log directory, as ``log.group_by_node`` chooses::
     <job_dir>/log/<actor_name>.log             group_by_node: false
     <job_dir>/log/<node_ip>/<actor_name>.log   group_by_node: true
 
-Each line reads ``[2025-01-31 12:00:00] [INFO] [explorer] message``. Library modules
+Each line reads ``[2025-01-31 12:00:00] [INFO] [explorer] message`` (``LINE_PATTERN``
+parses it back; ``trinity log`` reads the files with it). Library modules
 call ``get_logger(__name__)``; an actor that passes ``capture_library_logs=True`` gets
 those records in its own file too (meant for the actor's own process, as on Ray).
 """
@@ -14,6 +15,7 @@ those records in its own file too (meant for the actor's own process, as on Ray)
 from __future__ import annotations
 
 import logging
+import re
 import socket
 import sys
 from pathlib import Path
@@ -150,6 +152,15 @@ def _line_formatter(actor_name: str) -> logging.Formatter:
     return logging.Formatter(
         f"[%(asctime)s] [%(levelname)s] [{tag}] %(message)s", datefmt=DATE_FORMAT
     )
+
+
+# The first line of a record as ``_line_formatter`` writes it; the lines after it
+# (a traceback, a multi-line message) belong to the same record. Readers such as
+# ``trinity log`` parse files with this pattern.
+LINE_PATTERN = re.compile(
+    r"^\[(?P<time>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})\] "
+    r"\[(?P<level>[A-Z]+)\] \[(?P<actor>[^\]]*)\] (?P<message>.*)$"
+)
 
 
 class _OwnedFileHandler(logging.FileHandler):
