@@ -29,6 +29,7 @@ studio: $(STAMP)
 
 data: $(STAMP)
 	$(PY) examples/arithmetic/make_data.py
+	$(PY) examples/sft/make_data.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check trinity tests

@@ -15,9 +15,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from trinity.view.records import ExperienceSource, ViewSourceError, tokenizer_decoder
+if TYPE_CHECKING:  # the viewer pulls in torch; `trinity --help` should not
+    from trinity.view.records import ExperienceSource
 
 DEFAULT_PORT = 8765
 _DATA_EXTENSIONS = (".db", ".sqlite", ".sqlite3", ".jsonl")
@@ -61,6 +62,8 @@ def add_view_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run_view(args: argparse.Namespace) -> int:
+    from trinity.view.records import ExperienceSource, ViewSourceError, tokenizer_decoder
+
     if args.limit < 1 or args.offset < 0:
         print("trinity view: need --limit >= 1 and --offset >= 0", file=sys.stderr)
         return 2
@@ -107,6 +110,8 @@ def _serve(source: ExperienceSource, args: argparse.Namespace) -> int:
 
 def find_source(path: str) -> str:
     """``path`` itself, or the one data file in a directory (or its ``buffer/``)."""
+    from trinity.view.records import ViewSourceError
+
     if "://" in path or not os.path.isdir(path):
         return path
     found: list[str] = []

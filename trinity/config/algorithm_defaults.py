@@ -1,7 +1,9 @@
 """What each ``algorithm.algorithm_type`` means: its default parts and its requirements.
 
 ``resolve`` fills every part the user left unset from this table; a part set in the
-config always wins. ``"none"`` as a part name means the part is switched off.
+config always wins. ``"none"`` as a part name means the part is switched off. This table
+is the one source of the algorithm types: ``trinity.algorithm.ALGORITHM_TYPE`` is built
+from it.
 """
 
 from __future__ import annotations
@@ -27,15 +29,20 @@ class AlgorithmDefaults:
     needs_reference: bool  # needs the reference model even without a KL part (dpo)
     needs_group: bool  # compares rollouts of the same task, so repeat_times must be > 1
     fixed_repeat_times: int | None = None  # dpo: one chosen and one rejected response
+    use_rollout: bool = True  # False: trains on a dataset (mode train), no explorer
 
 
 ALGORITHM_DEFAULTS: dict[str, AlgorithmDefaults] = {
-    "sft": AlgorithmDefaults(NONE, "sft", NONE, NONE, NONE, "default", False, False, False),
+    "sft": AlgorithmDefaults(
+        NONE, "sft", NONE, NONE, NONE, "default", False, False, False, use_rollout=False
+    ),
     "ppo": AlgorithmDefaults("ppo", "ppo", NONE, "k2", "default", "default", True, False, False),
     "grpo": AlgorithmDefaults("grpo", "ppo", NONE, "k2", "default", "default", False, False, True),
     "opmd": AlgorithmDefaults("opmd", "opmd", NONE, "k2", "default", "default", False, False, True),
-    "dpo": AlgorithmDefaults(NONE, "dpo", NONE, NONE, NONE, "default", False, True, False, 2),
-    "mix": AlgorithmDefaults("grpo", "mix", NONE, "k2", "default", "default", False, False, True),
+    "dpo": AlgorithmDefaults(
+        NONE, "dpo", NONE, NONE, NONE, "default", False, True, False, 2, use_rollout=False
+    ),
+    "mix": AlgorithmDefaults("grpo", "mix", NONE, "k2", "default", "mix", False, False, True),
     "rloo": AlgorithmDefaults("rloo", "ppo", NONE, "k2", "default", "default", False, False, True),
     "reinforceplusplus": AlgorithmDefaults(
         "reinforceplusplus", "ppo", NONE, "k2", "default", "default", False, False, False

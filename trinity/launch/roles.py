@@ -3,7 +3,12 @@
 Both talk to the experience buffer and the synchronizer through Ray handles:
 
     explorer: [eval] -> for each step: wait for weights -> roll out -> buffer.put -> [eval]
-    trainer:  for each step: buffer.get -> train -> publish weights -> [save]
+    trainer:  for each step: read a batch -> train -> publish weights -> [save]
+
+In mode explore the explorer runs alone with its initial weights; in mode train the
+trainer runs alone and publishes nothing. sft and dpo read their dataset directly
+instead of the buffer (``trinity.trainer.train_input``). Each actor first imports the
+run's ``--plugin-dir`` modules, so the parts they register exist in its process too.
 
 With ``sync_interval`` i and ``sync_offset`` o, before explore step s the explorer needs
 policy version ``((s - 1 - o) // i) * i`` (the newest version the trainer publishes
@@ -15,12 +20,14 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import ray
 
 from trinity.config import Config
+from trinity.launch.run import load_plugins
 from trinity.pipeline import ExperiencePipeline
 from trinity.trainer import checkpoint as ckpt
 from trinity.utils.log import get_actor_logger
@@ -69,8 +76,17 @@ def _monitor(config: Config, job_dir: Path, role: str):
 
 
 class ExplorerRole:
-    def __init__(self, config: Config, job_dir: str, model_dir: str, buffer, synchronizer) -> None:
+    def __init__(
+        self,
+        config: Config,
+        job_dir: str,
+        model_dir: str,
+        buffer,
+        synchronizer,
+        plugin_dirs: Sequence[str] = (),
+    ) -> None:
         _setup_torch()
+        load_plugins(plugin_dirs)
         from trinity.explorer.explorer import Explorer
 
         self.config = config
@@ -79,7 +95,9 @@ class ExplorerRole:
         self.sync = synchronizer
         self.logger = _logger(config, self.job_dir, config.explorer.name)
         self.monitor = _monitor(config, self.job_dir, "explorer")
-        self.explorer = Explorer(config, model_dir=model_dir, log_dir=self.job_dir / "log", logger=self.logger)
+        self.explorer = Explorer(
+            config, model_dir=model_dir, log_dir=self.job_dir / "log", logger=self.logger
+        )
         self.pipeline = ExperiencePipeline(config.data_processor.experience_pipeline.operators)
 
     def run(self, total_steps: int, start_step: int = 0) -> dict[str, Any]:
@@ -91,11 +109,14 @@ class ExplorerRole:
         step = start_step
         try:
             for step in range(start_step + 1, total_steps + 1):
-                self._sync_to(required_version(step, syn.sync_interval, syn.sync_offset))
+                if cfg.mode == "both":  # mode explore keeps its initial weights
+                    self._sync_to(required_version(step, syn.sync_interval, syn.sync_offset))
                 # evaluate the weights trained by step - 1, before exploring with them
                 if step - 1 > start_step and (step - 1) % cfg.explorer.eval_interval == 0:
                     self._evaluate(step - 1, evals)
-                self.logger.info("explore step %d begins (policy version %d)", step, self.explorer.model_version)
+                self.logger.info(
+                    "explore step %d begins (policy version %d)", step, self.explorer.model_version
+                )
                 produced = self.explorer.explore_step(step)
                 if produced is None:
                     self.logger.info("taskset exhausted before step %d", step)
@@ -138,12 +159,16 @@ class ExplorerRole:
         else:  # checkpoint sync: the trainer wrote the weights to disk
             state_dict = ckpt.load_actor_shard(self.job_dir, got, "model")
         self.explorer.load_weights(state_dict, got)
-        self.logger.info("synchronized to policy version %d in %.2fs", got, time.perf_counter() - start)
+        self.logger.info(
+            "synchronized to policy version %d in %.2fs", got, time.perf_counter() - start
+        )
 
     def _evaluate(self, step: int, history: list[dict[str, float]]) -> None:
         if not self.explorer.eval_tasks:
             return
-        self.logger.info("evaluation at step %d begins (policy version %d)", step, self.explorer.model_version)
+        self.logger.info(
+            "evaluation at step %d begins (policy version %d)", step, self.explorer.model_version
+        )
         metrics = self.explorer.evaluate(step)
         self.monitor.log(metrics, step)
         ray.get(self.sync.report.remote("eval", step, metrics))
@@ -155,8 +180,20 @@ class ExplorerRole:
 
 
 class TrainerRole:
-    def __init__(self, config: Config, job_dir: str, model_dir: str, buffer, synchronizer, total_steps: int) -> None:
+    def __init__(
+        self,
+        config: Config,
+        job_dir: str,
+        model_dir: str,
+        buffer,
+        synchronizer,
+        total_steps: int,
+        plugin_dirs: Sequence[str] = (),
+        critic_model_dir: str | None = None,
+    ) -> None:
         _setup_torch()
+        load_plugins(plugin_dirs)
+        from trinity.trainer.train_input import TrainInput
         from trinity.trainer.trainer import Trainer
 
         self.config = config
@@ -165,30 +202,47 @@ class TrainerRole:
         self.sync = synchronizer
         self.logger = _logger(config, self.job_dir, config.trainer.name)
         self.monitor = _monitor(config, self.job_dir, "trainer")
-        self.trainer = Trainer(config, model_dir=model_dir, total_steps=total_steps, logger=self.logger)
+        self.trainer = Trainer(
+            config,
+            model_dir=model_dir,
+            total_steps=total_steps,
+            logger=self.logger,
+            critic_model_dir=critic_model_dir,
+        )
+        self.input = TrainInput(
+            config, self.trainer.tokenizer, self._read_buffer if buffer is not None else None
+        )
 
-    def run(self, total_steps: int, start_step: int = 0) -> dict[str, Any]:
+    def _read_buffer(self, n: int) -> list:
+        timeout = self.config.buffer.trainer_input.experience_buffer.max_read_timeout
+        return ray.get(self.buffer.get.remote(n, timeout))
+
+    def run(self, total_steps: int, start_step: int = 0, export_hf: bool = False) -> dict[str, Any]:
+        """Train ``total_steps`` steps; ``export_hf`` also writes the final policy as a
+        Hugging Face directory (``final_model_dir``), where the next stage starts."""
         cfg = self.config
         syn = cfg.synchronizer
         keep = cfg.trainer.trainer_config.trainer.max_actor_ckpt_to_keep
         step = completed = start_step
-        read_timeout = cfg.buffer.trainer_input.experience_buffer.max_read_timeout
+        final_model_dir = None
         try:
             for step in range(start_step + 1, total_steps + 1):
-                experiences = ray.get(self.buffer.get.remote(cfg.buffer.train_batch_size, read_timeout))
+                experiences = self.input.next_batch(model_version=self.trainer.global_step)
                 if not experiences:
-                    self.logger.info("experience buffer closed and empty before step %d", step)
+                    self.logger.info("the trainer's input ended before step %d", step)
                     step -= 1
                     break
                 self.logger.info("train step %d begins with %d experiences", step, len(experiences))
                 metrics = self.trainer.train_step(experiences)
                 versions = [e.model_version for e in experiences]
-                metrics["trainer/staleness/mean"] = sum(step - 1 - v for v in versions) / len(versions)
+                metrics["trainer/staleness/mean"] = sum(step - 1 - v for v in versions) / len(
+                    versions
+                )
                 self.monitor.log(metrics, step)
                 ray.get(self.sync.report.remote("trainer", step, metrics))
                 self.logger.info("train step %d ends: %s", step, _brief(metrics))
                 completed = step
-                if step % syn.sync_interval == 0 or step == total_steps:
+                if cfg.mode == "both" and (step % syn.sync_interval == 0 or step == total_steps):
                     self._publish(step)
                 if cfg.trainer.save_interval > 0 and step % cfg.trainer.save_interval == 0:
                     self.trainer.save_checkpoint(self.job_dir, step, keep)
@@ -198,7 +252,9 @@ class TrainerRole:
                 self.trainer.save_checkpoint(self.job_dir, completed, keep)
             ray.get(self.sync.finish.remote("trainer"))
             self.monitor.close()
-        return {"steps": completed}
+        if export_hf and completed > start_step:
+            final_model_dir = str(self.trainer.export_hf(self.job_dir, completed))
+        return {"steps": completed, "final_model_dir": final_model_dir}
 
     def _publish(self, step: int) -> None:
         start = time.perf_counter()

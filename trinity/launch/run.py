@@ -2,105 +2,249 @@
 
     setup:   resolve the model (GGUF conversion happens once, here), count steps,
              create the job directory, connect to Ray
-    loop:    explorer and trainer actors run their own loops; this process polls the
+    loop:    the explorer and/or trainer actors run their own loops (mode both: both,
+             train: the trainer, explore: the explorer); this process polls the
              synchronizer for progress and draws the progress bar
     cleanup: plots, HTML report, summary, ``eval accuracy: <start> -> <end>``
+
+With ``stages`` the stages run one after the other; each stage after the first starts
+from the previous stage's final weights, which that stage exports as a Hugging Face
+directory (``global_step_<N>/actor/huggingface``).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from trinity.config import Config, expand_stages, job_dir as get_job_dir, to_yaml
+from trinity.config import Config, expand_stages, to_yaml
+from trinity.config import job_dir as get_job_dir
+from trinity.utils.resources import EXPLORER_CPUS, SERVICE_CPUS, TRAINER_CPUS
 
 logger = logging.getLogger("trinity.launch")
 
-from trinity.utils.resources import EXPLORER_CPUS, SERVICE_CPUS, TRAINER_CPUS
+PLUGIN_MODULE_PREFIX = "trinity_plugin_"
 
 
 class RunError(RuntimeError):
     """The run could not start or one of its actors failed."""
 
 
+class PluginError(RuntimeError):
+    """A ``--plugin-dir`` is not a directory or one of its modules failed to import."""
+
+
+def load_plugins(plugin_dirs: Sequence[str | Path]) -> list[str]:
+    """Import every ``*.py`` module directly inside ``plugin_dirs``; returns their names.
+
+    Importing a module runs its registrations (workflows, reward functions, algorithm
+    parts). A module already imported in this process is not imported again, so calling
+    this in the driver and again in each actor is safe.
+    """
+    names = []
+    for directory in plugin_dirs:
+        path = Path(directory)
+        if not path.is_dir():
+            raise PluginError(f"--plugin-dir '{directory}' is not a directory")
+        if str(path.resolve()) not in sys.path:
+            sys.path.insert(0, str(path.resolve()))
+        for file in sorted(path.glob("*.py")):
+            name = f"{PLUGIN_MODULE_PREFIX}{file.stem}"
+            names.append(name)
+            if name in sys.modules:
+                continue
+            spec = importlib.util.spec_from_file_location(name, file)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            try:
+                spec.loader.exec_module(module)
+            except Exception as exc:
+                del sys.modules[name]
+                raise PluginError(f"plugin module {file} failed to import: {exc!r}") from exc
+    return names
+
+
 def count_steps(config: Config) -> int:
-    """Explore/train steps of a stage: total_steps if given, else epochs x batches."""
+    """Steps of a stage: total_steps if given, else epochs x batches of the data."""
+    from trinity.trainer.train_input import dataset_steps, trains_on_dataset
+
+    if config.mode == "train" and trains_on_dataset(config):
+        return dataset_steps(config)
     if config.buffer.total_steps:
         return int(config.buffer.total_steps)
     if config.trainer.total_steps:
         return int(config.trainer.total_steps)
+    if config.mode == "train":
+        raise RunError(
+            "cannot count the train steps of mode train: set buffer.total_steps "
+            "(the experience buffer is read as it fills)"
+        )
     from trinity.explorer.explorer import make_taskset_reader
 
     taskset = config.buffer.explorer_input.taskset
     if taskset is None:
-        raise RunError("cannot count steps: set buffer.total_steps or buffer.explorer_input.taskset")
-    reader = make_taskset_reader(config, taskset, batch_size=config.buffer.batch_size, is_eval=False)
+        raise RunError(
+            "cannot count steps: set buffer.total_steps or buffer.explorer_input.taskset"
+        )
+    reader = make_taskset_reader(
+        config, taskset, batch_size=config.buffer.batch_size, is_eval=False
+    )
     return len(reader)
 
 
-def run(config: Config) -> list[dict[str, Any]]:
-    """Run every stage of ``config`` in order; each starts from the previous stage's weights."""
+def run(config: Config, plugin_dirs: Sequence[str | Path] = ()) -> list[dict[str, Any]]:
+    """Run every stage of ``config`` in order; each starts from the previous stage's weights.
+
+    ``plugin_dirs`` are imported in every actor, as they were in this process.
+    """
+    plugin_dirs = [str(Path(d).resolve()) for d in plugin_dirs]
+    stages = expand_stages(config, now=datetime.now())
     results = []
     previous_model: str | None = None
-    for stage in expand_stages(config, now=datetime.now()):
+    for index, stage in enumerate(stages):
         if previous_model is not None:
-            stage = replace(stage, model=replace(stage.model, model_path=previous_model))
-        result = run_stage(stage)
+            stage = start_from(stage, previous_model)
+        result = run_stage(stage, plugin_dirs, export_final=index + 1 < len(stages))
         results.append(result)
         previous_model = result.get("final_model_dir") or previous_model
     return results
 
 
-def run_stage(config: Config) -> dict[str, Any]:
+def start_from(config: Config, model_dir: str) -> Config:
+    """``config`` with the policy (and what followed it) starting from ``model_dir``."""
+    old = config.model.model_path
+    model = replace(config.model, model_path=model_dir)
+    if config.model.critic_model_path == old:
+        model = replace(model, critic_model_path=model_dir)
+    rollout = config.explorer.rollout_model
+    if rollout.model_path == old:
+        rollout = replace(rollout, model_path=model_dir)
+    return replace(config, model=model, explorer=replace(config.explorer, rollout_model=rollout))
+
+
+def run_stage(
+    config: Config, plugin_dirs: Sequence[str] = (), *, export_final: bool = False
+) -> dict[str, Any]:
+    """Run one stage (mode both, train or explore); ``export_final`` writes its final
+    policy as a Hugging Face directory, reported as ``final_model_dir``."""
     import ray
 
     from trinity.launch.cluster import connect
     from trinity.launch.roles import ExplorerRole, TrainerRole
     from trinity.models.resolve import resolve_model_path
     from trinity.sync.synchronizer import Synchronizer
+    from trinity.trainer.train_input import trains_on_dataset
 
-    if config.mode != "both":
+    mode = config.mode
+    if mode not in ("both", "train", "explore"):
         raise RunError(
-            f"mode '{config.mode}' cannot run yet: this version runs mode 'both' (explorer and trainer together)"
+            f"mode '{mode}' cannot run yet: this version runs modes both, train and explore"
+        )
+    if trains_on_dataset(config) and mode != "train":
+        raise RunError(
+            f"algorithm_type {config.algorithm.algorithm_type} trains on a dataset, not on rollouts: "
+            "use mode train (e.g. as a stage with `mode: train`)"
         )
     job_dir = get_job_dir(config)
     for sub in ("log", "monitor", "buffer"):
         (job_dir / sub).mkdir(parents=True, exist_ok=True)
     (job_dir / "config.yaml").write_text(to_yaml(config))
     model_dir = str(resolve_model_path(config.model.model_path))
+    critic_dir = None
+    if config.algorithm.use_critic and mode != "explore":
+        critic_dir = str(
+            resolve_model_path(config.model.critic_model_path or config.model.model_path)
+        )
     total_steps = count_steps(config)
-    print(f"[trinity] run '{config.project}/{config.name}': {total_steps} steps, job dir {job_dir}", file=sys.stderr)
+    print(
+        f"[trinity] run '{config.project}/{config.name}' (mode {mode}): {total_steps} steps, job dir {job_dir}",
+        file=sys.stderr,
+    )
 
     how = connect(config.cluster.ray_address, config.ray_namespace)
-    print(f"[trinity] ray: {how} ({ray.cluster_resources().get('CPU', 0):.0f} CPUs)", file=sys.stderr)
-    exp_buf = config.buffer.trainer_input.experience_buffer
+    print(
+        f"[trinity] ray: {how} ({ray.cluster_resources().get('CPU', 0):.0f} CPUs)", file=sys.stderr
+    )
     synchronizer = ray.remote(Synchronizer).options(num_cpus=SERVICE_CPUS).remote()
-    buffer = (
-        ray.remote(_BufferActor)
-        .options(num_cpus=SERVICE_CPUS, max_concurrency=16, name=exp_buf.name)
-        .remote(exp_buf)
+    actors: list[Any] = [synchronizer]
+    refs: dict[str, Any] = {}
+    buffer = None
+    if not trains_on_dataset(config):
+        exp_buf = config.buffer.trainer_input.experience_buffer
+        buffer = (
+            ray.remote(_BufferActor)
+            .options(num_cpus=SERVICE_CPUS, max_concurrency=16, name=exp_buf.name)
+            .remote(exp_buf)
+        )
+        actors.append(buffer)
+    explorer = None
+    if mode in ("both", "explore"):
+        explorer = (
+            ray.remote(ExplorerRole)
+            .options(num_cpus=EXPLORER_CPUS, max_concurrency=2, name=config.explorer.name)
+            .remote(config, str(job_dir), model_dir, buffer, synchronizer, plugin_dirs)
+        )
+        actors.append(explorer)
+        refs["explorer"] = explorer.run.remote(total_steps)
+    if mode in ("both", "train"):
+        trainer = (
+            ray.remote(TrainerRole)
+            .options(num_cpus=TRAINER_CPUS, max_concurrency=2, name=config.trainer.name)
+            .remote(
+                config,
+                str(job_dir),
+                model_dir,
+                buffer,
+                synchronizer,
+                total_steps,
+                plugin_dirs,
+                critic_dir,
+            )
+        )
+        actors.append(trainer)
+        refs["trainer"] = trainer.run.remote(total_steps, export_hf=export_final)
+    results = _follow(
+        refs, synchronizer, total_steps, "trainer" if "trainer" in refs else "explorer"
     )
-    trainer = (
-        ray.remote(TrainerRole)
-        .options(num_cpus=TRAINER_CPUS, max_concurrency=2, name=config.trainer.name)
-        .remote(config, str(job_dir), model_dir, buffer, synchronizer, total_steps)
-    )
-    explorer = (
-        ray.remote(ExplorerRole)
-        .options(num_cpus=EXPLORER_CPUS, max_concurrency=2, name=config.explorer.name)
-        .remote(config, str(job_dir), model_dir, buffer, synchronizer)
-    )
-    refs = {"explorer": explorer.run.remote(total_steps), "trainer": trainer.run.remote(total_steps)}
-    results = _follow(refs, synchronizer, total_steps)
-    ray.get(explorer.close.remote())
-    for actor in (explorer, trainer, buffer, synchronizer):
+    if explorer is not None:
+        ray.get(explorer.close.remote())
+    if config.monitor.enable_ray_timeline:
+        from trinity.monitor.timeline import write_ray_timeline
+
+        write_ray_timeline(job_dir)
+    for actor in reversed(actors):
         ray.kill(actor)
+    # the next stage names its actors the same way; a name is free once its actor is gone
+    _wait_until_released(
+        [config.explorer.name, config.trainer.name, _experience_buffer_name(config)]
+    )
     return _summarise(config, job_dir, results, model_dir)
+
+
+def _experience_buffer_name(config: Config) -> str:
+    storage = config.buffer.trainer_input.experience_buffer
+    return storage.name if storage is not None else ""
+
+
+def _wait_until_released(names: list[str], timeout: float = 10.0) -> None:
+    import ray
+
+    deadline = time.monotonic() + timeout
+    for name in filter(None, names):
+        while time.monotonic() < deadline:
+            try:
+                ray.get_actor(name)
+            except ValueError:
+                break
+            time.sleep(0.05)
 
 
 class _BufferActor:
@@ -127,13 +271,13 @@ class _BufferActor:
         self.queue.close()
 
 
-def _follow(refs: dict[str, Any], synchronizer, total_steps: int) -> dict[str, Any]:
-    """Wait for the actors, drawing progress from the synchronizer's status board."""
+def _follow(refs: dict[str, Any], synchronizer, total_steps: int, lead: str) -> dict[str, Any]:
+    """Wait for the actors, drawing progress (the ``lead`` role's steps) from the synchronizer."""
     import ray
 
     from trinity.monitor.progress import Progress
 
-    progress = Progress(total_steps, "train")
+    progress = Progress(total_steps, "train" if lead == "trainer" else "explore")
     pending = list(refs.values())
     last_step = 0
     try:
@@ -144,13 +288,17 @@ def _follow(refs: dict[str, Any], synchronizer, total_steps: int) -> dict[str, A
             status = ray.get(synchronizer.get_status.remote())
             trainer = status["roles"].get("trainer")
             explorer = status["roles"].get("explorer")
-            step = trainer["step"] if trainer else 0
+            leader = status["roles"].get(lead)
+            step = leader["step"] if leader else 0
             if step != last_step:
                 postfix = {}
                 if explorer:
                     postfix["reward"] = explorer["metrics"].get("rollout/reward/mean", float("nan"))
                 if trainer:
-                    postfix["loss"] = trainer["metrics"].get("actor/pg_loss", float("nan"))
+                    metrics = trainer["metrics"]
+                    postfix["loss"] = metrics.get(
+                        "actor/pg_loss", metrics.get("actor/loss", float("nan"))
+                    )
                 evals = status["roles"].get("eval")
                 if evals:
                     acc = [v for k, v in evals["metrics"].items() if k.endswith("/accuracy/mean")]
@@ -168,11 +316,15 @@ def _follow(refs: dict[str, Any], synchronizer, total_steps: int) -> dict[str, A
 def _eval_accuracy(metrics: dict[str, float] | None) -> float | None:
     if not metrics:
         return None
-    values = [v for k, v in metrics.items() if k.startswith("eval/") and k.endswith("/accuracy/mean")]
+    values = [
+        v for k, v in metrics.items() if k.startswith("eval/") and k.endswith("/accuracy/mean")
+    ]
     return values[0] if values else None
 
 
-def _summarise(config: Config, job_dir: Path, results: dict[str, Any], model_dir: str) -> dict[str, Any]:
+def _summarise(
+    config: Config, job_dir: Path, results: dict[str, Any], model_dir: str
+) -> dict[str, Any]:
     from trinity.monitor.plots import write_html_report, write_plots
     from trinity.trainer import checkpoint as ckpt
 
@@ -183,18 +335,27 @@ def _summarise(config: Config, job_dir: Path, results: dict[str, Any], model_dir
     except (FileNotFoundError, ValueError) as exc:
         logger.warning("no plots written: %s", exc)
     explorer = results.get("explorer", {})
-    start, end = _eval_accuracy(explorer.get("first_eval")), _eval_accuracy(explorer.get("last_eval"))
+    trainer = results.get("trainer", {})
+    start, end = (
+        _eval_accuracy(explorer.get("first_eval")),
+        _eval_accuracy(explorer.get("last_eval")),
+    )
     latest = ckpt.read_latest(job_dir)
     summary = {
         "job_dir": str(job_dir),
-        "steps": results.get("trainer", {}).get("steps"),
+        "steps": trainer.get("steps", explorer.get("steps")),
         "latest_checkpoint": str(ckpt.step_dir(job_dir, latest)) if latest else None,
         "plots": [str(p) for p in plots],
         "eval_accuracy_start": start,
         "eval_accuracy_end": end,
-        "final_model_dir": model_dir,
+        "final_model_dir": trainer.get("final_model_dir") or model_dir,
     }
-    print(f"[trinity] finished {summary['steps']} steps; checkpoints: {summary['latest_checkpoint']}", file=sys.stderr)
+    print(
+        f"[trinity] finished {summary['steps']} steps; checkpoints: {summary['latest_checkpoint']}",
+        file=sys.stderr,
+    )
+    if trainer.get("final_model_dir"):
+        print(f"[trinity] final policy: {trainer['final_model_dir']}", file=sys.stderr)
     for p in plots:
         print(f"[trinity] wrote {p}", file=sys.stderr)
     if start is not None and end is not None:

@@ -4,6 +4,10 @@ Prompts are left-padded to P tokens and responses right-padded to R tokens, so e
 sequence's response starts at column P. The logits that predict response token j sit
 at column P - 1 + j, which lets the actor ask the model for only the last R + 1
 positions' logits.
+
+A DPO experience (``rejected`` set) becomes two rows, the chosen response then the
+rejected one, so rows 2k and 2k + 1 form a pair (``paired``); micro-batches then keep
+pairs together.
 """
 
 from __future__ import annotations
@@ -25,8 +29,11 @@ class TrainBatch:
     rewards: torch.Tensor  # (B,) scalar reward of each sequence
     group_ids: torch.Tensor  # (B,) int64, equal for rollouts of the same task
     model_versions: torch.Tensor  # (B,) int64, policy version that sampled each sequence
+    is_expert: torch.Tensor  # (B,) bool, demonstrations (mix) rather than rollouts
     prompt_width: int  # P
-    ref_logprobs: torch.Tensor | None = None  # (B, R)
+    paired: bool = False  # rows 2k, 2k + 1 are a (chosen, rejected) pair
+    ref_logprobs: torch.Tensor | None = None  # (B, R) log pi_ref(a|s)
+    values: torch.Tensor | None = None  # (B, R) critic values V(s_t) before the update
     advantages: torch.Tensor | None = None  # (B, R)
     returns: torch.Tensor | None = None  # (B, R)
 
@@ -38,6 +45,11 @@ class TrainBatch:
     def response_width(self) -> int:
         return int(self.action_mask.shape[1])
 
+    @property
+    def rl_mask(self) -> torch.Tensor:
+        """(B, R) ``action_mask`` of the rollout rows only (expert rows zeroed)."""
+        return self.action_mask * (~self.is_expert).to(self.action_mask.dtype)[:, None]
+
     def select(self, index: slice | torch.Tensor) -> TrainBatch:
         """Rows ``index`` of every per-sequence tensor (micro-batches, ranks)."""
         values = {}
@@ -47,16 +59,55 @@ class TrainBatch:
         return TrainBatch(**values)
 
     def split(self, size: int) -> list[TrainBatch]:
+        """Micro-batches of ``size`` rows (rounded up to even when rows are paired)."""
+        if self.paired and size % 2:
+            size += 1
         return [self.select(slice(i, i + size)) for i in range(0, self.size, size)]
+
+
+@dataclass
+class _Row:
+    tokens: torch.Tensor
+    prompt_length: int
+    action_mask: torch.Tensor
+    logprobs: torch.Tensor | None
+    exp: Experience
+
+
+def _rows(exp: Experience) -> list[_Row]:
+    if exp.rejected is None:
+        return [_Row(exp.tokens, exp.prompt_length, exp.action_mask, exp.logprobs, exp)]
+    prompt = exp.tokens[: exp.prompt_length]
+    chosen = exp.chosen if exp.chosen is not None else exp.response_tokens
+    return [
+        _Row(
+            torch.cat([prompt, chosen]),
+            exp.prompt_length,
+            torch.ones(chosen.numel(), dtype=torch.bool),
+            None,
+            exp,
+        ),
+        _Row(
+            torch.cat([prompt, exp.rejected]),
+            exp.prompt_length,
+            torch.ones(exp.rejected.numel(), dtype=torch.bool),
+            None,
+            exp,
+        ),
+    ]
 
 
 def collate(experiences: list[Experience], pad_token_id: int) -> TrainBatch:
     """Pad and stack experiences; group ids come from ``eid.group`` (task within a batch)."""
     if not experiences:
         raise ValueError("cannot collate an empty list of experiences")
-    prompt_width = max(e.prompt_length for e in experiences)
-    response_width = max(max(e.response_length for e in experiences), 1)
-    batch_size = len(experiences)
+    paired = [e.rejected is not None for e in experiences]
+    if any(paired) and not all(paired):
+        raise ValueError("cannot mix DPO pairs (rejected set) and single sequences in one batch")
+    rows = [row for exp in experiences for row in _rows(exp)]
+    prompt_width = max(r.prompt_length for r in rows)
+    response_width = max(max(r.tokens.numel() - r.prompt_length for r in rows), 1)
+    batch_size = len(rows)
     width = prompt_width + response_width
     input_ids = torch.full((batch_size, width), pad_token_id, dtype=torch.long)
     attention_mask = torch.zeros((batch_size, width), dtype=torch.long)
@@ -64,14 +115,15 @@ def collate(experiences: list[Experience], pad_token_id: int) -> TrainBatch:
     old_logprobs = torch.zeros((batch_size, response_width), dtype=torch.float32)
     groups: dict[str, int] = {}
     group_ids = torch.empty(batch_size, dtype=torch.long)
-    for i, exp in enumerate(experiences):
-        p, r = exp.prompt_length, exp.response_length
-        input_ids[i, prompt_width - p : prompt_width + r] = exp.tokens
+    for i, row in enumerate(rows):
+        p = row.prompt_length
+        r = row.tokens.numel() - p
+        input_ids[i, prompt_width - p : prompt_width + r] = row.tokens
         attention_mask[i, prompt_width - p : prompt_width + r] = 1
-        action_mask[i, :r] = exp.action_mask.float()
-        if exp.logprobs is not None:
-            old_logprobs[i, :r] = exp.logprobs.float()
-        group_ids[i] = groups.setdefault(exp.eid.group, len(groups))
+        action_mask[i, :r] = row.action_mask.float()
+        if row.logprobs is not None:
+            old_logprobs[i, :r] = row.logprobs.float()
+        group_ids[i] = groups.setdefault(row.exp.eid.group, len(groups))
     position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
     return TrainBatch(
         input_ids=input_ids,
@@ -79,8 +131,10 @@ def collate(experiences: list[Experience], pad_token_id: int) -> TrainBatch:
         position_ids=position_ids,
         action_mask=action_mask,
         old_logprobs=old_logprobs,
-        rewards=torch.tensor([float(e.reward or 0.0) for e in experiences]),
+        rewards=torch.tensor([float(r.exp.reward or 0.0) for r in rows]),
         group_ids=group_ids,
-        model_versions=torch.tensor([e.model_version for e in experiences], dtype=torch.long),
+        model_versions=torch.tensor([r.exp.model_version for r in rows], dtype=torch.long),
+        is_expert=torch.tensor([bool(r.exp.info.get("is_expert", False)) for r in rows]),
         prompt_width=prompt_width,
+        paired=all(paired),
     )

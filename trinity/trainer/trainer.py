@@ -1,13 +1,21 @@
-"""The trainer: turns batches of experiences into policy updates.
+"""The trainer: turns batches of experiences into policy (and critic) updates.
 
-``train_step`` reads top to bottom: collate -> reference log-probs -> rewards and KL
-penalty -> advantages -> for each PPO epoch and mini-batch: micro-batch forward,
-loss, backward -> clip, step. The maths lives in ``trinity.algorithm``; this module
-only wires it to a model and an optimizer.
+``train_step`` reads top to bottom:
+
+    prepare:  collate -> reference log-probs -> critic values -> token rewards
+              (minus the KL penalty) -> advantages and returns
+    critic:   value-loss update on the returns (PPO)
+    actor:    for each PPO epoch: micro-batch forward, loss, backward (gradient
+              accumulation) -> clip, step; skipped for the first ``critic_warmup`` steps
+
+Every algorithm type runs through the same steps; its parts decide what each does (sft
+and dpo have no advantages, only ppo has a critic, ...). The maths lives in
+``trinity.algorithm``; this module only wires it to models and optimizers.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import time
@@ -22,13 +30,19 @@ from trinity.algorithm.advantage.base import AdvantageInputs
 from trinity.algorithm.args import build
 from trinity.algorithm.loss_agg import LossNormalizer
 from trinity.config import Config
+from trinity.config.algorithm_defaults import NONE
 from trinity.trainer import checkpoint as ckpt
 from trinity.trainer.actor import forward_logprobs
 from trinity.trainer.batch import TrainBatch, collate
+from trinity.trainer.critic import Critic, enable_checkpointing
 from trinity.trainer.optim import build_optimizer
 from trinity.types import Experience
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
+
+
+class TrainerSetupError(ValueError):
+    """The algorithm's parts need a model or input the config does not provide."""
 
 
 def compute_dtype(name: str) -> torch.dtype:
@@ -47,8 +61,31 @@ def token_level_rewards(batch: TrainBatch) -> torch.Tensor:
     return rewards
 
 
+def policy_loss_args(config: Config) -> dict[str, Any]:
+    """``policy_loss_fn_args``, with ``algorithm.loss_agg_mode`` filled in when the loss
+    aggregates tokens and its args leave the mode unset (the args win when they set it)."""
+    algo = config.algorithm
+    args = dict(algo.policy_loss_fn_args)
+    loss_cls = POLICY_LOSS_FN.get(algo.policy_loss_fn)
+    names = (
+        {f.name for f in dataclasses.fields(loss_cls.Args)}
+        if dataclasses.is_dataclass(getattr(loss_cls, "Args", None))
+        else set()
+    )
+    if "loss_agg_mode" in names and "loss_agg_mode" not in args:
+        args["loss_agg_mode"] = algo.loss_agg_mode
+    return args
+
+
+def _rollout_temperature(config: Config) -> float:
+    taskset = config.buffer.explorer_input.taskset
+    if taskset is None or not taskset.rollout_args.temperature:
+        return 1.0
+    return float(taskset.rollout_args.temperature)
+
+
 class Trainer:
-    """Owns the actor (and reference) model, its optimizer, and its checkpoints."""
+    """Owns the actor, the reference model and the critic (when the algorithm uses them)."""
 
     def __init__(
         self,
@@ -57,6 +94,7 @@ class Trainer:
         model_dir: str | Path,
         total_steps: int,
         logger: logging.Logger | None = None,
+        critic_model_dir: str | Path | None = None,
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -65,7 +103,8 @@ class Trainer:
         self.model_dir = Path(model_dir)
         self.total_steps = total_steps
         algo = config.algorithm
-        actor_cfg = config.trainer.trainer_config.actor_rollout_ref.actor
+        tc = config.trainer.trainer_config
+        actor_cfg = tc.actor_rollout_ref.actor
         torch.manual_seed(config.seed)
         random.seed(config.seed)
 
@@ -77,25 +116,41 @@ class Trainer:
         # fp32 master weights; the forward runs under bf16 autocast when model.dtype says so
         self.model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32)
         self.model.train()
-        if config.trainer.trainer_config.actor_rollout_ref.model.enable_gradient_checkpointing:
-            self.model.gradient_checkpointing_enable()
+        if tc.actor_rollout_ref.model.enable_gradient_checkpointing:
+            enable_checkpointing(self.model)
             self.model.config.use_cache = False
 
-        self.policy_loss = build(POLICY_LOSS_FN, algo.policy_loss_fn, algo.policy_loss_fn_args)
-        self.advantage_fn = build(ADVANTAGE_FN, algo.advantage_fn, algo.advantage_fn_args)
+        self.policy_loss = build(POLICY_LOSS_FN, algo.policy_loss_fn, policy_loss_args(config))
+        self.advantage_fn = None
+        if algo.advantage_fn and algo.advantage_fn != NONE:
+            self.advantage_fn = build(ADVANTAGE_FN, algo.advantage_fn, algo.advantage_fn_args)
         self.kl_loss = build(KL_FN, algo.kl_loss_fn, algo.kl_loss_fn_args)
         self.kl_penalty = build(KL_FN, algo.kl_penalty_fn, algo.kl_penalty_fn_args)
         self.entropy_loss = build(ENTROPY_LOSS_FN, algo.entropy_loss_fn, algo.entropy_loss_fn_args)
         self.loss_agg_mode = algo.loss_agg_mode
-        self.entropy_has_grad = algo.entropy_loss_fn != "none" and float(
-            getattr(self.entropy_loss.args, "entropy_coef", 0.0)
-        ) != 0.0
+        self.entropy_has_grad = (
+            algo.entropy_loss_fn != NONE
+            and float(getattr(self.entropy_loss.args, "entropy_coef", 0.0)) != 0.0
+        )
+        self._check_parts(algo.use_reference, algo.use_critic)
+
         self.ref_model = None
-        if algo.kl_loss_fn != "none" or algo.kl_penalty_fn != "none":
+        if algo.use_reference:
+            # the same weights and autocast as the actor, so both agree exactly at the start
             self.ref_model = AutoModelForCausalLM.from_pretrained(
-                self.model_dir, dtype=self.compute_dtype
+                self.model_dir, dtype=torch.float32
             ).eval()
             self.ref_model.requires_grad_(False)
+        self.critic: Critic | None = None
+        if algo.use_critic:
+            self.critic = Critic(
+                config,
+                model_dir=critic_model_dir or self.model_dir,
+                total_steps=total_steps,
+                compute_dtype=self.compute_dtype,
+                logger=self.logger,
+            )
+        self.critic_warmup = int(tc.trainer.critic_warmup)
 
         opt = algo.optimizer
         self.optimizer, self.scheduler = build_optimizer(
@@ -112,57 +167,133 @@ class Trainer:
         self.micro_batch_size = max(1, int(actor_cfg.ppo_micro_batch_size_per_gpu))
         self.grad_clip = float(actor_cfg.grad_clip)
         self.ppo_epochs = max(1, int(actor_cfg.ppo_epochs))
-        self.temperature = float(config.buffer.explorer_input.taskset.rollout_args.temperature or 1.0) if config.buffer.explorer_input.taskset else 1.0
+        self.temperature = _rollout_temperature(config)
         self.max_response_tokens = config.model.max_response_tokens
         self.global_step = 0
 
+    def _check_parts(self, use_reference: bool, use_critic: bool) -> None:
+        algo = self.config.algorithm
+        needs_ref = [
+            f"{key} '{name}'"
+            for key, name in (
+                ("kl_loss_fn", algo.kl_loss_fn),
+                ("kl_penalty_fn", algo.kl_penalty_fn),
+            )
+            if name != NONE
+        ]
+        if "ref_logprobs" in self.policy_loss.inputs:
+            needs_ref.append(f"policy_loss_fn '{algo.policy_loss_fn}'")
+        if needs_ref and not use_reference:
+            raise TrainerSetupError(
+                f"{', '.join(needs_ref)} need(s) the reference model but algorithm.use_reference "
+                "is false; set it to true or turn those parts off ('none')"
+            )
+        if algo.advantage_fn == "ppo" and not use_critic:
+            raise TrainerSetupError(
+                "advantage_fn 'ppo' (GAE) needs critic values but algorithm.use_critic is false"
+            )
+        if "advantages" in self.policy_loss.inputs and self.advantage_fn is None:
+            raise TrainerSetupError(
+                f"policy_loss_fn '{algo.policy_loss_fn}' needs advantages: set algorithm.advantage_fn"
+            )
+
     # ------------------------------------------------------------------ training
     def train_step(self, experiences: list[Experience]) -> dict[str, float]:
-        """One policy update on ``experiences`` (a full train batch); returns metrics."""
+        """One update on ``experiences`` (a full train batch); returns metrics."""
         start = time.perf_counter()
+        batch, metrics = self.prepare(experiences)
+        if self.critic is not None:
+            metrics.update(self.critic.update(batch, batch.rl_mask))
+        if self.global_step >= self.critic_warmup:
+            metrics.update(self._actor_update(batch))
+        self.global_step += 1
+        metrics.update(self._batch_metrics(batch))
+        metrics["actor/lr"] = float(self.scheduler.get_last_lr()[0])
+        metrics["time/train_step"] = time.perf_counter() - start
+        return metrics
+
+    @torch.no_grad()
+    def prepare(self, experiences: list[Experience]) -> tuple[TrainBatch, dict[str, float]]:
+        """Collate ``experiences`` and fill reference log-probs, values and advantages."""
         batch = collate(experiences, self.pad_token_id)
         metrics: dict[str, float] = {}
         if self.ref_model is not None:
-            with torch.no_grad():
-                batch.ref_logprobs, _ = forward_logprobs(
-                    self.ref_model, batch, temperature=self.temperature
-                )
+            batch.ref_logprobs, _ = forward_logprobs(
+                self.ref_model,
+                batch,
+                temperature=self.temperature,
+                compute_dtype=self.compute_dtype,
+            )
+        if self.critic is not None:
+            batch.values = self.critic.values(batch)
+        if self.advantage_fn is None:
+            return batch, metrics
         rewards = token_level_rewards(batch)
         if batch.ref_logprobs is not None:
             rewards, kl_metrics = self.kl_penalty.apply_penalty(
                 rewards, batch.old_logprobs, batch.ref_logprobs, batch.action_mask
             )
             metrics.update({f"critic/{k}": v for k, v in kl_metrics.items()})
-        batch.advantages, batch.returns = self.advantage_fn(
+        # expert rows (mix) are demonstrations: they take no part in the advantage estimate
+        rollout = ~batch.is_expert
+        advantages, returns = self.advantage_fn(
             AdvantageInputs(
-                token_level_rewards=rewards,
-                action_mask=batch.action_mask,
-                group_ids=batch.group_ids,
+                token_level_rewards=rewards[rollout],
+                action_mask=batch.action_mask[rollout],
+                group_ids=batch.group_ids[rollout],
+                values=None if batch.values is None else batch.values[rollout],
             )
         )
+        batch.advantages = torch.zeros_like(rewards)
+        batch.returns = torch.zeros_like(rewards)
+        batch.advantages[rollout] = advantages
+        batch.returns[rollout] = returns
+        return batch, metrics
+
+    def _actor_update(self, batch: TrainBatch) -> dict[str, float]:
         sums: dict[str, float] = defaultdict(float)
         counts: dict[str, int] = defaultdict(int)
         grad_norms = []
         for _ in range(self.ppo_epochs):
             # the whole train batch is one mini-batch: one optimizer step per epoch
-            normalizer = LossNormalizer.from_mask(batch.action_mask, self.max_response_tokens)
-            for micro in batch.split(self.micro_batch_size):
-                for k, v in self._micro_step(micro, normalizer).items():
-                    sums[k] += v
-                    counts[k] += 1
+            for k, (total, count) in self.backward(batch).items():
+                sums[k] += total
+                counts[k] += count
             grad_norms.append(self._optimizer_step())
+        metrics = {}
         for k, v in sums.items():
             # loss shares add up to the mini-batch loss; ratios are averaged
-            value = v / self.ppo_epochs if "loss" in k else v / counts[k]
-            metrics[f"actor/{k}"] = value
-        self.global_step += 1
-        metrics.update(self._batch_metrics(batch))
+            metrics[f"actor/{k}"] = v / self.ppo_epochs if "loss" in k else v / counts[k]
         metrics["actor/grad_norm"] = float(sum(grad_norms) / len(grad_norms))
-        metrics["actor/lr"] = float(self.scheduler.get_last_lr()[0])
-        metrics["time/train_step"] = time.perf_counter() - start
         return metrics
 
-    def _micro_step(self, micro: TrainBatch, normalizer: LossNormalizer) -> dict[str, float]:
+    def backward(self, batch: TrainBatch) -> dict[str, tuple[float, int]]:
+        """Accumulate the gradient of the mini-batch loss over micro-batches.
+
+        Every loss is normalised by the counts of the whole batch, so the accumulated
+        gradient does not depend on the micro-batch size. Returns, per metric, the sum
+        over micro-batches and their number.
+        """
+        rl_mask = batch.rl_mask
+        normalizer = LossNormalizer.from_mask(rl_mask, self.max_response_tokens)
+        expert_normalizer = None
+        if bool(batch.is_expert.any()):
+            expert_normalizer = LossNormalizer.from_mask(
+                batch.action_mask[batch.is_expert], self.max_response_tokens
+            )
+        totals: dict[str, tuple[float, int]] = {}
+        for micro in batch.split(self.micro_batch_size):
+            for k, v in self._micro_step(micro, normalizer, expert_normalizer).items():
+                total, count = totals.get(k, (0.0, 0))
+                totals[k] = (total + v, count + 1)
+        return totals
+
+    def _micro_step(
+        self,
+        micro: TrainBatch,
+        normalizer: LossNormalizer,
+        expert_normalizer: LossNormalizer | None,
+    ) -> dict[str, float]:
         logprobs, entropy = forward_logprobs(
             self.model,
             micro,
@@ -171,37 +302,46 @@ class Trainer:
             entropy_grad=self.entropy_has_grad,
             compute_dtype=self.compute_dtype,
         )
+        rl_mask = micro.rl_mask
+        # mix picks its rollout and expert rows itself; other losses see rollout rows only
+        loss_mask = micro.action_mask if "is_expert" in self.policy_loss.inputs else rl_mask
         loss, metrics = self.policy_loss(
             logprobs,
-            micro.action_mask,
+            loss_mask,
             old_logprobs=micro.old_logprobs,
             advantages=micro.advantages,
             ref_logprobs=micro.ref_logprobs,
+            is_expert=micro.is_expert,
             normalizer=normalizer,
+            expert_normalizer=expert_normalizer,
         )
-        if micro.ref_logprobs is not None:
+        if micro.ref_logprobs is not None and self.config.algorithm.kl_loss_fn != NONE:
             kl_loss, kl_metrics = self.kl_loss.loss(
-                logprobs, micro.ref_logprobs, micro.action_mask, self.loss_agg_mode, normalizer
+                logprobs, micro.ref_logprobs, rl_mask, self.loss_agg_mode, normalizer
             )
             loss = loss + kl_loss
             metrics.update(kl_metrics)
         if entropy is not None:
             if self.entropy_has_grad:
                 ent_loss, ent_metrics = self.entropy_loss(
-                    entropy, micro.action_mask, loss_agg_mode=self.loss_agg_mode, normalizer=normalizer
+                    entropy, rl_mask, loss_agg_mode=self.loss_agg_mode, normalizer=normalizer
                 )
                 loss = loss + ent_loss
                 metrics.update(ent_metrics)
             else:
                 mask = micro.action_mask
-                metrics["entropy"] = float((entropy.detach() * mask).sum() / mask.sum().clamp(min=1))
+                metrics["entropy"] = float(
+                    (entropy.detach() * mask).sum() / mask.sum().clamp(min=1)
+                )
         loss.backward()
         metrics["loss"] = float(loss.detach())
         return metrics
 
     def _optimizer_step(self) -> float:
         params = [p for p in self.model.parameters() if p.grad is not None]
-        norm = torch.nn.utils.clip_grad_norm_(params, self.grad_clip if self.grad_clip > 0 else float("inf"))
+        norm = torch.nn.utils.clip_grad_norm_(
+            params, self.grad_clip if self.grad_clip > 0 else float("inf")
+        )
         if torch.isfinite(norm):
             self.optimizer.step()
         else:
@@ -213,22 +353,38 @@ class Trainer:
     @staticmethod
     def _batch_metrics(batch: TrainBatch) -> dict[str, float]:
         lengths = batch.action_mask.sum(dim=1)
-        adv = batch.advantages[batch.action_mask > 0]
-        return {
-            "critic/rewards/mean": float(batch.rewards.mean()),
-            "critic/advantages/mean": float(adv.mean()) if adv.numel() else 0.0,
-            "critic/advantages/max": float(adv.max()) if adv.numel() else 0.0,
+        metrics = {
             "response_length/mean": float(lengths.mean()),
             "batch/size": float(batch.size),
         }
+        rollout = ~batch.is_expert
+        if batch.advantages is not None and bool(rollout.any()):
+            adv = batch.advantages[batch.rl_mask > 0]
+            metrics["critic/rewards/mean"] = float(batch.rewards[rollout].mean())
+            metrics["critic/advantages/mean"] = float(adv.mean()) if adv.numel() else 0.0
+            metrics["critic/advantages/max"] = float(adv.max()) if adv.numel() else 0.0
+        if bool(batch.is_expert.any()):
+            metrics["batch/expert_size"] = float(batch.is_expert.sum())
+        return metrics
 
     # ------------------------------------------------------------------ weights
     def weights_for_sync(self) -> dict[str, torch.Tensor]:
         """The policy's parameters in the rollout engine's dtype (halves the transfer)."""
         return {
-            k: v.detach().to(self.compute_dtype).clone()
-            for k, v in self.model.state_dict().items()
+            k: v.detach().to(self.compute_dtype).clone() for k, v in self.model.state_dict().items()
         }
+
+    def export_hf(self, job_dir: Path, step: int) -> Path:
+        """Write the policy as a Hugging Face model into ``global_step_<step>/actor/huggingface``.
+
+        The next stage of a multi-stage run starts from this directory; ``trinity
+        convert`` skips a step that already has it.
+        """
+        directory = ckpt.step_dir(job_dir, step) / "actor" / "huggingface"
+        self._save_hf_config(directory)
+        self.model.save_pretrained(directory, safe_serialization=True)
+        self.logger.info("exported the policy of step %d to %s", step, directory)
+        return directory
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self, job_dir: Path, step: int, keep: int | None = None) -> Path:
@@ -238,6 +394,9 @@ class Trainer:
             "torch_rng": torch.get_rng_state(),
             "python_rng": list(random.getstate()[1]),
         }
+        if self.critic is not None:
+            # before the actor: the actor's save moves the "latest" pointer
+            self.critic.save(job_dir, step)
         path = ckpt.save_actor_checkpoint(
             job_dir,
             step,
@@ -274,6 +433,8 @@ class Trainer:
         torch.set_rng_state(extra["torch_rng"])
         state = random.getstate()
         random.setstate((state[0], tuple(extra["python_rng"]), state[2]))
+        if self.critic is not None:
+            self.critic.load(job_dir, step)
         self.global_step = int(extra["global_step"])
         self.logger.info("resumed trainer from step %d", step)
         return self.global_step

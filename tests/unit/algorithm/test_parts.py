@@ -28,7 +28,7 @@ def test_registries_hold_the_config_names():
     assert POLICY_LOSS_FN.names() == ["dpo", "gspo", "mix", "opmd", "ppo", "sft"]
     assert KL_FN.names() == ["abs", "k1", "k2", "k3", "low_var_kl", "none"]
     assert ENTROPY_LOSS_FN.names() == ["default", "none"]
-    assert SAMPLE_STRATEGY.names() == ["default", "staleness_limit"]
+    assert SAMPLE_STRATEGY.names() == ["default", "mix", "staleness_limit"]
 
 
 def test_unknown_arg_names_the_valid_ones():

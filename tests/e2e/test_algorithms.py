@@ -1,0 +1,211 @@
+"""Every algorithm type's example config, run for 2 steps on the tiny model.
+
+grpo, ppo, sft and dpo run through ``trinity run`` (Ray actors, as a user runs them);
+opmd, rloo, reinforceplusplus, gspo and mix run the same example configs through the
+explorer and trainer classes in this process, which exercises the same code without
+starting Ray once per type. ``--dry-run`` is checked to show each type's resolved parts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from trinity.config import dry_run_report, load_config
+from trinity.config.algorithm_defaults import ALGORITHM_DEFAULTS
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+TYPES = sorted(ALGORITHM_DEFAULTS)
+
+
+def example(algorithm_type: str) -> Path:
+    return EXAMPLES / algorithm_type / f"{algorithm_type}.yaml"
+
+
+def small(model_dir: Path, root: Path, name: str, mode: str) -> list[str]:
+    """Overrides that shrink an example to 2 quick steps on the tiny model."""
+    common = [
+        f"model.model_path={model_dir}",
+        f"checkpoint_root_dir={root}",
+        f"name={name}",
+        "continue_from_checkpoint=true",
+        "buffer.total_steps=2",
+        "model.max_response_tokens=8",
+    ]
+    if mode == "train":
+        return [*common, "buffer.batch_size=2", "buffer.train_batch_size=null"]
+    return [
+        *common,
+        "buffer.batch_size=2",
+        "algorithm.repeat_times=2",
+        "buffer.explorer_input.eval_tasksets=[]",
+        "explorer.eval_on_startup=false",
+        "explorer.runner_per_model=4",
+    ]
+
+
+def run_cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "trinity", *args],
+        cwd=REPO,
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def trainer_rows(job: Path, name: str) -> list[dict]:
+    path = job / "monitor" / f"{name}_trainer_metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def assert_finite(row: dict) -> None:
+    bad = {k: v for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)}
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("algorithm_type", TYPES)
+def test_every_type_has_an_example_whose_dry_run_shows_its_parts(algorithm_type: str) -> None:
+    cfg = load_config(example(algorithm_type))
+    assert cfg.algorithm.algorithm_type == algorithm_type
+    report = dry_run_report(cfg)
+    table = ALGORITHM_DEFAULTS[algorithm_type]
+    for part in ("advantage_fn", "policy_loss_fn", "entropy_loss_fn", "sample_strategy"):
+        # a part the example leaves unset shows the type's default
+        assert f"  {part}: {getattr(cfg.algorithm, part)}\n" in report
+        assert getattr(cfg.algorithm, part) == getattr(table, part), part
+    assert f"  use_critic: {str(table.use_critic).lower()}\n" in report
+
+
+def test_dry_run_shows_what_the_user_set_over_the_type_defaults() -> None:
+    result = run_cli(
+        "run",
+        "--config",
+        str(example("grpo")),
+        "--dry-run",
+        "algorithm.policy_loss_fn=gspo",
+        "algorithm.kl_loss_fn=abs",
+    )
+    assert result.returncode == 0, result.stderr
+    algorithm = result.stdout.split("\nalgorithm:\n", 1)[1].split("\nmodel:\n", 1)[0] + "\n"
+    assert "  policy_loss_fn: gspo\n" in algorithm  # set by the user
+    assert "  kl_loss_fn: abs\n" in algorithm
+    assert "  advantage_fn: grpo\n" in algorithm  # grpo's default
+    assert "  use_reference: true\n" in algorithm
+
+
+@pytest.mark.slow
+def test_grpo_through_the_cli(tiny_model_dir: Path, tmp_path: Path) -> None:
+    result = run_cli(
+        "run", "--config", str(example("grpo")), *small(tiny_model_dir, tmp_path, "grpo", "both")
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    job = tmp_path / "trinity-examples" / "grpo"
+    rows = trainer_rows(job, "grpo")
+    assert [r["step"] for r in rows] == [1, 2]
+    for row in rows:
+        assert_finite(row)
+        assert "actor/pg_loss" in row and "actor/kl_loss" in row  # low_var_kl in the loss
+    trained = torch.load(
+        job / "global_step_2/actor/model_world_size_1_rank_0.pt", weights_only=True
+    )
+    initial = load_file(tiny_model_dir / "model.safetensors")
+    assert any(not torch.equal(v, trained[k]) for k, v in initial.items())
+
+
+@pytest.mark.slow
+def test_ppo_through_the_cli(tiny_model_dir: Path, tmp_path: Path) -> None:
+    result = run_cli(
+        "run", "--config", str(example("ppo")), *small(tiny_model_dir, tmp_path, "ppo", "both")
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    job = tmp_path / "trinity-examples" / "ppo"
+    rows = trainer_rows(job, "ppo")
+    assert [r["step"] for r in rows] == [1, 2]
+    for row in rows:
+        assert_finite(row)
+        for key in ("critic/vf_loss", "critic/vf_clipfrac", "critic/grad_norm", "actor/pg_loss"):
+            assert key in row, key
+    for kind in ("model", "optim", "extra_state"):
+        assert (job / f"global_step_2/critic/{kind}_world_size_1_rank_0.pt").exists()
+
+
+@pytest.mark.slow
+def test_sft_through_the_cli(tiny_model_dir: Path, tmp_path: Path) -> None:
+    result = run_cli(
+        "run", "--config", str(example("sft")), *small(tiny_model_dir, tmp_path, "sft", "train")
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    job = tmp_path / "trinity-examples" / "sft"
+    rows = trainer_rows(job, "sft")
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(r["batch/size"] == 2 for r in rows)
+    assert all(r["actor/sft_loss"] > 0 for r in rows)
+    assert not (job / "log" / "explorer.log").exists()  # mode train: no explorer
+    assert (job / "global_step_2/actor/model_world_size_1_rank_0.pt").exists()
+
+
+@pytest.mark.slow
+def test_dpo_through_the_cli(tiny_model_dir: Path, tmp_path: Path) -> None:
+    result = run_cli(
+        "run", "--config", str(example("dpo")), *small(tiny_model_dir, tmp_path, "dpo", "train")
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    job = tmp_path / "trinity-examples" / "dpo"
+    rows = trainer_rows(job, "dpo")
+    assert [r["step"] for r in rows] == [1, 2]
+    # 2 pairs per step, each a chosen and a rejected sequence
+    assert all(r["batch/size"] == 4 for r in rows)
+    # step 1 starts at the reference policy: loss log 2
+    assert rows[0]["actor/dpo_loss"] == pytest.approx(math.log(2), abs=1e-3)
+    assert_finite(rows[1])
+
+
+def run_in_process(cfg, model_dir: Path, log_dir: Path, steps: int) -> list[dict[str, float]]:
+    """explore -> buffer -> train -> sync, ``steps`` times, without Ray."""
+    from trinity.buffer import make_experience_buffer
+    from trinity.explorer.explorer import Explorer
+    from trinity.trainer.train_input import TrainInput
+    from trinity.trainer.trainer import Trainer
+
+    explorer = Explorer(cfg, model_dir=model_dir, log_dir=log_dir)
+    trainer = Trainer(cfg, model_dir=model_dir, total_steps=steps)
+    buffer = make_experience_buffer(cfg.buffer.trainer_input.experience_buffer)
+    train_input = TrainInput(cfg, trainer.tokenizer, lambda n: buffer.get(n, timeout=0))
+    history = []
+    try:
+        for step in range(1, steps + 1):
+            experiences, _ = explorer.explore_step(step)
+            buffer.put(experiences)
+            history.append(trainer.train_step(train_input.next_batch(trainer.global_step)))
+            explorer.load_weights(trainer.weights_for_sync(), step)
+    finally:
+        explorer.close()
+        buffer.close()
+    return history
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm_type", ["opmd", "rloo", "reinforceplusplus", "gspo", "mix"])
+def test_other_types_in_process(tiny_model_dir: Path, tmp_path: Path, algorithm_type: str) -> None:
+    overrides = small(tiny_model_dir, tmp_path, algorithm_type, "both")
+    cfg = load_config(example(algorithm_type), overrides)
+    history = run_in_process(cfg, tiny_model_dir, tmp_path / "log", steps=2)
+    assert len(history) == 2
+    for metrics in history:
+        assert_finite(metrics)
+        assert "actor/pg_loss" in metrics
+    if algorithm_type == "mix":
+        # ceil(0.25 x 4 rollouts) = 1 expert row per step
+        assert history[0]["batch/expert_size"] == 1
+        assert history[0]["actor/sft_loss"] > 0

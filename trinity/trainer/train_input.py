@@ -1,0 +1,142 @@
+"""Where the experiences of each train step come from.
+
+- ``sft`` and ``dpo`` train on a dataset: the rows of
+  ``buffer.trainer_input.experience_buffer`` (``storage_type`` file or sql), tokenized
+  with the chat template (``trinity.trainer.sft_data``). An SFT step reads
+  ``train_batch_size`` rows; a DPO step reads ``train_batch_size / 2`` rows, each a
+  chosen and a rejected sequence.
+- every other algorithm reads ``train_batch_size`` experiences from the experience
+  buffer the explorer fills (or, in mode train, one it filled before).
+
+The sample strategy then picks the batch; ``mix`` adds expert rows from the auxiliary
+datasets (``buffer.trainer_input.auxiliary_buffers``), which repeat as long as needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from trinity.algorithm.args import build
+from trinity.algorithm.registries import SAMPLE_STRATEGY
+from trinity.config import Config
+from trinity.config.algorithm_defaults import defaults_for
+from trinity.trainer.sft_data import DatasetKind, DatasetSource, Limits, dataset_reader
+from trinity.types import Experience
+
+
+class TrainInputError(ValueError):
+    """The trainer's input cannot be built from the config."""
+
+
+def trains_on_dataset(config: Config) -> bool:
+    """True for the algorithm types that read a dataset instead of rollouts (sft, dpo)."""
+    return not defaults_for(config.algorithm.algorithm_type).use_rollout
+
+
+def dataset_kind(config: Config) -> DatasetKind:
+    return "dpo" if config.algorithm.policy_loss_fn == "dpo" else "sft"
+
+
+def rows_per_step(config: Config) -> int:
+    """Dataset rows one train step reads: train_batch_size, halved for DPO pairs."""
+    size = int(config.buffer.train_batch_size or 1)
+    if dataset_kind(config) == "dpo":
+        if size % 2:
+            raise TrainInputError(
+                f"buffer.train_batch_size is {size}: dpo trains on chosen/rejected pairs, "
+                "so it must be even (it is batch_size x 2 when unset)"
+            )
+        return size // 2
+    return size
+
+
+def dataset_steps(config: Config) -> int:
+    """Train steps of an sft/dpo stage: batches of rows over buffer.total_epochs."""
+    storage = _dataset_storage(config)
+    reader = dataset_reader(
+        storage,
+        batch_size=rows_per_step(config),
+        total_epochs=config.buffer.total_epochs,
+        total_steps=config.buffer.total_steps,
+        seed=config.seed,
+    )
+    return len(reader)
+
+
+def _dataset_storage(config: Config):
+    storage = config.buffer.trainer_input.experience_buffer
+    if storage is None or storage.storage_type not in ("file", "sql") or not storage.path:
+        raise TrainInputError(
+            f"algorithm_type {config.algorithm.algorithm_type} trains on a dataset: set "
+            "buffer.trainer_input.experience_buffer.path (storage_type file or sql)"
+        )
+    return storage
+
+
+class TrainInput:
+    """Reads one train step's experiences; ``next_batch`` returns [] when the input ends.
+
+    ``read_buffer(n)`` reads up to ``n`` experiences from the experience buffer (a Ray
+    actor's ``get`` in a run, a local buffer in tests); unused by sft and dpo.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        tokenizer: Any,
+        read_buffer: Callable[[int], list[Experience]] | None = None,
+    ) -> None:
+        algo = config.algorithm
+        self.train_batch_size = int(config.buffer.train_batch_size or 1)
+        self.strategy = build(SAMPLE_STRATEGY, algo.sample_strategy, algo.sample_strategy_args)
+        limits = Limits(config.model.max_prompt_tokens, config.model.max_model_len)
+        self.dataset: DatasetSource | None = None
+        if trains_on_dataset(config):
+            self.rows_per_step = rows_per_step(config)
+            self.dataset = DatasetSource(
+                _dataset_storage(config),
+                tokenizer,
+                kind=dataset_kind(config),
+                batch_size=self.rows_per_step,
+                total_epochs=config.buffer.total_epochs,
+                total_steps=config.buffer.total_steps,
+                seed=config.seed,
+                limits=limits,
+            )
+        elif read_buffer is None:
+            raise TrainInputError(
+                f"algorithm_type {algo.algorithm_type} trains on rollouts: an experience buffer is needed"
+            )
+        self.read_buffer = read_buffer
+        self.auxiliary: dict[str, DatasetSource] = {}
+        for key, storage in config.buffer.trainer_input.auxiliary_buffers.items():
+            if storage.storage_type not in ("file", "sql"):
+                raise TrainInputError(
+                    f"buffer.trainer_input.auxiliary_buffers.{key}.storage_type is "
+                    f"{storage.storage_type}: auxiliary buffers are datasets (file or sql)"
+                )
+            self.auxiliary[key] = DatasetSource(
+                storage,
+                tokenizer,
+                kind="sft",
+                batch_size=1,
+                endless=True,
+                seed=config.seed,
+                limits=limits,
+            )
+
+    def next_batch(self, model_version: int) -> list[Experience]:
+        """The experiences of the next train step, chosen by the sample strategy."""
+        if self.dataset is not None:
+            return self.dataset.get(self.rows_per_step)
+        assert self.read_buffer is not None
+        experiences = self.read_buffer(self.train_batch_size)
+        if not experiences:
+            return []
+        return self.strategy.select(
+            experiences,
+            self.train_batch_size,
+            model_version=model_version,
+            auxiliary=self.auxiliary,
+        )
