@@ -32,7 +32,28 @@ def dry_run_report(
     lines += _train_lines(cfg, ranks) if cfg.mode in ("both", "train") else []
     lines += ["", "# Resources"]
     lines += _cpu_lines(cfg, ranks, cpus or os.cpu_count() or 1) if on_cpu else _gpu_lines(cfg)
+    if cfg.stages:
+        lines += ["", "# Stages (run in order)"] + _stage_lines(cfg)
     return "\n".join(lines) + "\n"
+
+
+def _stage_lines(cfg: Config) -> list[str]:
+    """Each stage's name, mode and resolved algorithm parts (they may differ per stage)."""
+    from datetime import datetime
+
+    from trinity.config.stages import expand_stages
+
+    lines = []
+    for stage in expand_stages(cfg, now=datetime.now()):
+        algo = stage.algorithm
+        lines.append(
+            f"{stage.name}: mode {stage.mode}, algorithm {algo.algorithm_type} "
+            f"(advantage_fn {algo.advantage_fn}, policy_loss_fn {algo.policy_loss_fn}, "
+            f"kl_loss_fn {algo.kl_loss_fn}, kl_penalty_fn {algo.kl_penalty_fn}, "
+            f"entropy_loss_fn {algo.entropy_loss_fn}), "
+            f"train_batch_size {stage.buffer.train_batch_size}"
+        )
+    return lines
 
 
 def _explore_lines(cfg: Config) -> list[str]:
