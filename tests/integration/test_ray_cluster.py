@@ -7,8 +7,11 @@ stop it afterwards.
 from __future__ import annotations
 
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,20 +20,43 @@ REPO = Path(__file__).resolve().parents[2]
 RAY = str(Path(sys.executable).with_name("ray"))
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 @pytest.fixture
 def ray_head():
+    """A head node of our own (``ray start --head --block``), stopped by signalling it.
+
+    ``ray stop`` would stop every Ray instance on the machine, including other runs.
+    """
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    subprocess.run([RAY, "stop", "--force"], env=env, capture_output=True, timeout=120)
-    started = subprocess.run(
-        [RAY, "start", "--head", "--num-cpus", "2", "--disable-usage-stats", "--include-dashboard", "false"],
+    head = subprocess.Popen(
+        [RAY, "start", "--head", "--block", "--port", str(_free_port()), "--num-cpus", "2",
+         "--disable-usage-stats", "--include-dashboard", "false"],
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
-    assert started.returncode == 0, started.stderr
-    yield env
-    subprocess.run([RAY, "stop", "--force"], env=env, capture_output=True, timeout=120)
+    try:
+        from trinity.launch.cluster import running_cluster_address
+
+        deadline = time.monotonic() + 120
+        while running_cluster_address() is None:
+            assert head.poll() is None, "ray start --head exited"
+            assert time.monotonic() < deadline, "the Ray head did not come up in 120 s"
+            time.sleep(1)
+        yield env
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait()
 
 
 def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
