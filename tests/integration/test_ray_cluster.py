@@ -113,3 +113,13 @@ def test_run_on_running_cluster(ray_head: dict[str, str], tiny_model_dir: Path, 
     assert result.returncode == 0, result.stderr[-3000:]
     assert "ray: joined" in result.stderr
     assert list(tmp_path.glob("trinity-demo/*/global_step_1/actor/model_world_size_1_rank_0.pt"))
+
+
+@pytest.mark.slow
+def test_stale_ray_address_starts_a_local_instance() -> None:
+    # Ray exports RAY_ADDRESS after ray.init; children of such a process inherit it
+    env = {**os.environ, "RAY_ADDRESS": f"127.0.0.1:{_free_port()}"}
+    code = "from trinity.launch.cluster import connect\nprint(connect('auto', 'trinity-test'))\n"
+    result = _python(code, env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "started"

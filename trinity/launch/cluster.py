@@ -47,6 +47,23 @@ def running_cluster_address() -> str | None:
     return address if address and _alive(address) else None
 
 
+def _address_from_environment() -> str:
+    """``RAY_ADDRESS`` when it names a live cluster; a stale one is dropped.
+
+    Ray itself exports ``RAY_ADDRESS`` after ``ray.init``, so a process that once ran a
+    local instance (or its children) can carry the address of a cluster long gone.
+    """
+    value = os.environ.get("RAY_ADDRESS", "")
+    if not value or value == "auto" or "://" in value:
+        return value
+    if _alive(value):
+        # the local head is joined through "auto", which also finds its session settings
+        return "auto" if value == running_cluster_address() else value
+    logger.warning("ignoring RAY_ADDRESS=%s: no Ray cluster answers there", value)
+    del os.environ["RAY_ADDRESS"]
+    return ""
+
+
 def connect(ray_address: str | None, namespace: str) -> str:
     """Initialise Ray in this process; returns "joined" or "started"."""
     import ray
@@ -55,7 +72,9 @@ def connect(ray_address: str | None, namespace: str) -> str:
         return "joined"
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     common = {"namespace": namespace, "logging_level": logging.WARNING, "log_to_driver": True}
-    address = ray_address or os.environ.get("RAY_ADDRESS") or ""
+    address = "" if ray_address in (None, "", "auto") else ray_address
+    if not address:
+        address = _address_from_environment()
     if address in ("", "auto"):
         running = running_cluster_address()
         # "auto" (not the address itself) lets Ray pick up the local session's settings
@@ -66,7 +85,9 @@ def connect(ray_address: str | None, namespace: str) -> str:
         # OpenMP threads that spin while a sibling is descheduled make torch many times
         # slower whenever another process is busy; sleeping threads degrade gracefully
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, **common)
+        os.environ.pop("RAY_ADDRESS", None)  # else ray.init would look for that cluster
+        # "local": a new instance even when a stale /tmp/ray/ray_current_cluster names a dead one
+        ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False, **common)
         return "started"
     try:
         ray.init(address=address, **common)
