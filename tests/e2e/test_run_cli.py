@@ -66,6 +66,11 @@ def test_two_step_grpo_run(tiny_model_dir: Path, tmp_path: Path) -> None:
     ):
         assert (job / rel).exists(), rel
     assert (job / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+    png = (job / "monitor" / "summary.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000
+    assert "<img" in (job / "monitor" / "report.html").read_text()
+    assert "best eval/arithmetic_eval/accuracy/mean" in result.stderr
+    assert "final rollout/reward/mean=" in result.stderr
     assert list((job / "monitor" / "tensorboard").glob("e2e_trainer/events.*"))
     assert list((job / "monitor" / "tensorboard").glob("e2e_explorer/events.*"))
 

@@ -358,6 +358,41 @@ def _summarise(
         print(f"[trinity] final policy: {trainer['final_model_dir']}", file=sys.stderr)
     for p in plots:
         print(f"[trinity] wrote {p}", file=sys.stderr)
+    for line in _final_metric_lines(job_dir):
+        print(f"[trinity] {line}", file=sys.stderr)
     if start is not None and end is not None:
         print(f"eval accuracy: {start:.3f} -> {end:.3f}")
     return summary
+
+
+# metrics the end-of-run summary shows, when the run logged them
+_SUMMARY_KEYS = (
+    "rollout/reward/mean",
+    "rollout/response_length/mean",
+    "actor/pg_loss",
+    "actor/entropy",
+    "actor/grad_norm",
+    "time/explore_step",
+    "time/train_step",
+)
+
+
+def _final_metric_lines(job_dir: Path) -> list[str]:
+    """Best eval score (with its step) and the last value of the headline metrics."""
+    from trinity.monitor.jsonl import metric_files, read_metrics
+
+    best: dict[str, tuple[float, int]] = {}
+    final: dict[str, float] = {}
+    for path in metric_files(job_dir / "monitor"):
+        for row in read_metrics(path):
+            step = int(row.get("step", 0))
+            for key, value in row.items():
+                if key.startswith("eval/") and key.endswith("/accuracy/mean"):
+                    if key not in best or value > best[key][0]:
+                        best[key] = (value, step)
+                if key in _SUMMARY_KEYS:
+                    final[key] = value
+    lines = [f"best {key}: {value:.4g} at step {step}" for key, (value, step) in sorted(best.items())]
+    if final:
+        lines.append("final " + ", ".join(f"{k}={final[k]:.4g}" for k in _SUMMARY_KEYS if k in final))
+    return lines
