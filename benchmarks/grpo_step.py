@@ -1,0 +1,256 @@
+"""Seconds per GRPO step: trinity against Hugging Face TRL's GRPOTrainer, side by side.
+
+    nice -n 15 .venv/bin/python benchmarks/grpo_step.py            # 2 warm-up + 5 timed steps each
+    nice -n 15 .venv/bin/python benchmarks/grpo_step.py --steps 2 --warmup 1   # quick look
+
+Both systems do the same work per step: the default model (SmolLM2-135M-Instruct), two
+tasks of the demo's arithmetic taskset with 8 rollouts each (16 completions of at most
+32 tokens, temperature 1.0), the demo's reward, one AdamW update at lr 1e-5 on the whole
+batch, no KL term and no reference model. A trinity step is rollout (the explorer's
+engine, model wrapper and workflow, in this process) + ``Trainer.train_step`` + the
+weight sync into the rollout engine; a TRL step is one ``GRPOTrainer`` optimizer step
+(generation included).
+
+TRL runs with its fastest CPU settings for this job: bf16 mixed precision, no gradient
+checkpointing, beta 0 (no reference model), num_generations 8, per-device batch 16,
+max_completion_length 32, use_cpu. The systems alternate step by step (a trinity step
+runs after every TRL step), so both see the same background load. The last line is
+``trinity/trl step-time ratio: <r>`` (median over the timed steps; below 1 means trinity
+is faster). Needs the ``bench`` extra: ``pip install -e '.[bench]'``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "examples" / "arithmetic" / "data"
+CONFIG = ROOT / "examples" / "arithmetic" / "grpo.yaml"
+TASKS_PER_STEP = 2
+ROLLOUTS = 8
+MAX_TOKENS = 32
+TEMPERATURE = 1.0
+LR = 1e-5
+
+
+def load_tasks(seed: int) -> list[dict[str, str]]:
+    rows = [json.loads(line) for line in (DATA / "train.jsonl").read_text().splitlines() if line]
+    random.Random(seed).shuffle(rows)
+    return rows
+
+
+def reward(response: str, truth: object) -> float:
+    from trinity.rewards.math import math_reward
+
+    return float(sum(math_reward(response, truth).values()))
+
+
+class TrinityGRPO:
+    """The explorer's rollout path and the trainer, in this process."""
+
+    def __init__(self, model_dir: Path, tasks: list[dict[str, str]], total_steps: int) -> None:
+        from trinity.config import load_config
+        from trinity.models.engine import TransformersEngine
+        from trinity.models.wrapper import ModelWrapper
+        from trinity.trainer.trainer import Trainer
+
+        self._tmp = tempfile.TemporaryDirectory(prefix="grpo-bench-")
+        overrides = [
+            f"model.model_path={model_dir}",
+            f"checkpoint_root_dir={self._tmp.name}",
+            f"buffer.explorer_input.taskset.path={DATA}",
+            f"buffer.explorer_input.eval_tasksets[0].path={DATA}",
+            f"buffer.total_steps={total_steps}",
+            f"algorithm.optimizer.lr={LR}",
+            "algorithm.optimizer.lr_warmup_steps=0",
+            "algorithm.kl_loss_fn=none",
+            "algorithm.use_reference=false",
+            f"algorithm.repeat_times={ROLLOUTS}",
+            f"buffer.batch_size={TASKS_PER_STEP}",
+            f"model.max_response_tokens={MAX_TOKENS}",
+            "trainer.trainer_config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu="
+            f"{TASKS_PER_STEP * ROLLOUTS}",
+            "trainer.trainer_config.actor_rollout_ref.actor.ppo_epochs=1",
+        ]
+        self.config = load_config(CONFIG, overrides)
+        self.engine = TransformersEngine(
+            str(model_dir), dtype=self.config.model.dtype, seed=self.config.seed
+        )
+        self.model = ModelWrapper(self.engine, max_response_tokens=MAX_TOKENS)
+        self.trainer = Trainer(self.config, model_dir=model_dir, total_steps=total_steps)
+        self.tasks = tasks
+        self.step_count = 0
+        self.phases: dict[str, list[float]] = {"rollout": [], "train": [], "sync": []}
+
+    def _task_list(self) -> list[Any]:
+        from trinity.types import Task
+
+        start = self.step_count * TASKS_PER_STEP
+        rows = [self.tasks[(start + i) % len(self.tasks)] for i in range(TASKS_PER_STEP)]
+        return [
+            Task(
+                raw=row,
+                workflow="math_workflow",
+                reward_fn="math_reward",
+                repeat_times=ROLLOUTS,
+                index=start + i,
+                rollout_args={"temperature": TEMPERATURE, "max_tokens": MAX_TOKENS},
+                format={"prompt_key": "question", "response_key": "answer"},
+            )
+            for i, row in enumerate(rows)
+        ]
+
+    async def _rollout(self) -> list[Any]:
+        from trinity.types import EID
+        from trinity.workflows.math_workflow import MathWorkflow
+
+        tasks = self._task_list()
+        results = await asyncio.gather(*(MathWorkflow(t, self.model).run_async() for t in tasks))
+        experiences = []
+        for task, exps in zip(tasks, results, strict=True):
+            for exp in exps:
+                exp.eid = EID(batch=self.step_count, task=task.index, run=exp.eid.run)
+                experiences.append(exp)
+        return experiences
+
+    def step(self) -> float:
+        """One GRPO step; returns its seconds and records the phases."""
+        start = time.perf_counter()
+        experiences = asyncio.run(self._rollout())
+        rolled = time.perf_counter()
+        self.trainer.train_step(experiences)
+        trained = time.perf_counter()
+        self.engine.load_state_dict(self.trainer.weights_for_sync(), self.step_count + 1)
+        end = time.perf_counter()
+        self.phases["rollout"].append(rolled - start)
+        self.phases["train"].append(trained - rolled)
+        self.phases["sync"].append(end - trained)
+        self.step_count += 1
+        return end - start
+
+    def close(self) -> None:
+        self.engine.close()
+        self._tmp.cleanup()
+
+
+def build_trl(model_dir: Path, tasks: list[dict[str, str]], max_steps: int, seed: int, out: str):
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    dataset = Dataset.from_list(
+        [
+            {"prompt": [{"role": "user", "content": t["question"]}], "answer": t["answer"]}
+            for t in tasks
+        ]
+    )
+
+    def arithmetic_reward(completions: list, answer: list, **_: Any) -> list[float]:
+        return [reward(c[0]["content"], a) for c, a in zip(completions, answer, strict=True)]
+
+    args = GRPOConfig(
+        output_dir=out,
+        use_cpu=True,
+        bf16=True,
+        gradient_checkpointing=False,
+        beta=0.0,
+        num_generations=ROLLOUTS,
+        per_device_train_batch_size=TASKS_PER_STEP * ROLLOUTS,
+        gradient_accumulation_steps=1,
+        num_iterations=1,
+        max_completion_length=MAX_TOKENS,
+        temperature=TEMPERATURE,
+        learning_rate=LR,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        max_steps=max_steps,
+        logging_steps=max_steps,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        seed=seed,
+        dataloader_num_workers=0,
+    )
+    return GRPOTrainer(
+        model=str(model_dir), reward_funcs=arithmetic_reward, args=args, train_dataset=dataset
+    )
+
+
+def summary(name: str, times: list[float], warmup: int) -> float:
+    timed = times[warmup:]
+    median = statistics.median(timed)
+    print(
+        f"{name}: median {median:.2f} s/step over {len(timed)} timed steps "
+        f"(all: {', '.join(f'{t:.2f}' for t in times)})"
+    )
+    return median
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=2, help="untimed steps per system (default 2)"
+    )
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per system (default 5)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    if args.warmup < 0 or args.steps < 1:
+        parser.error("--warmup must be >= 0 and --steps >= 1")
+
+    import torch
+    from transformers import TrainerCallback
+
+    from trinity.models.resolve import DEFAULT_MODEL, resolve_model_path
+
+    model_dir = resolve_model_path(DEFAULT_MODEL)
+    tasks = load_tasks(args.seed)
+    total = args.warmup + args.steps
+    print(f"model {model_dir.name}, torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(
+        f"{TASKS_PER_STEP} tasks x {ROLLOUTS} rollouts, <= {MAX_TOKENS} tokens, T={TEMPERATURE}, "
+        f"lr {LR}; {args.warmup} warm-up + {args.steps} timed steps each"
+    )
+    trinity = TrinityGRPO(model_dir, tasks, total)
+    trl_times: list[float] = []
+    trinity_times: list[float] = []
+
+    class Alternate(TrainerCallback):
+        """Times each TRL step and runs one trinity step after it."""
+
+        def on_step_begin(self, *_: Any, **__: Any) -> None:
+            self.start = time.perf_counter()
+
+        def on_step_end(self, *_: Any, **__: Any) -> None:
+            trl_times.append(time.perf_counter() - self.start)
+            trinity_times.append(trinity.step())
+            print(
+                f"step {len(trl_times)}: trl {trl_times[-1]:.2f} s, trinity {trinity_times[-1]:.2f} s",
+                flush=True,
+            )
+
+    with tempfile.TemporaryDirectory(prefix="trl-bench-") as out:
+        trl = build_trl(model_dir, tasks, total, args.seed, out)
+        trl.add_callback(Alternate())
+        trl.train()
+    trinity.close()
+
+    phases = {k: statistics.median(v[args.warmup :]) for k, v in trinity.phases.items()}
+    print("trinity phases (median s): " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()))
+    trl_median = summary("trl", trl_times, args.warmup)
+    trinity_median = summary("trinity", trinity_times, args.warmup)
+    print(f"trinity/trl step-time ratio: {trinity_median / trl_median:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
