@@ -298,6 +298,13 @@ def _check_engine(path: str, engine: InferenceModelConfig) -> None:
     _at_least(f"{path}.engine_num", engine.engine_num, 1)
     _at_least(f"{path}.tensor_parallel_size", engine.tensor_parallel_size, 1)
     _fraction(f"{path}.gpu_memory_utilization", engine.gpu_memory_utilization, open_low=True)
+    if not 0 <= engine.openai_api_port <= 65535:
+        raise ConfigError(
+            f"{path}.openai_api_port",
+            "is not a TCP port",
+            value=engine.openai_api_port,
+            valid="an integer in [0, 65535]; 0 picks a free port",
+        )
     limit, response = engine.max_model_len, engine.max_response_tokens
     if limit is not None and response is not None and response > limit:
         raise ConfigError(

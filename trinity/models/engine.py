@@ -39,6 +39,17 @@ _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torc
 _LOGPROB_BUDGET = 64 * 1024 * 1024
 
 
+def render_chat(
+    tokenizer: Any, messages: list[dict[str, Any]], add_generation_prompt: bool = True
+) -> list[int]:
+    """Token ids of ``messages`` rendered with ``tokenizer``'s chat template."""
+    text = tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=add_generation_prompt
+    )
+    # the template already writes the special tokens it wants
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
 class PromptTooLongError(ValueError):
     """A prompt leaves no room for a response within ``max_model_len``."""
 
@@ -131,11 +142,7 @@ class TransformersEngine:
         self, messages: list[dict[str, Any]], add_generation_prompt: bool = True
     ) -> list[int]:
         """Token ids of ``messages`` rendered with the tokenizer's chat template."""
-        text = self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=add_generation_prompt
-        )
-        # the template already writes the special tokens it wants
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return render_chat(self.tokenizer, messages, add_generation_prompt)
 
     def submit(self, prompts: list[list[int]], params: SamplingParams) -> Future:
         """Queue a request; the future resolves to ``n`` samples per prompt."""
@@ -183,6 +190,25 @@ class TransformersEngine:
             for chunk in self._logprob_chunks(order, token_ids):
                 self._score_chunk(chunk, token_ids, prompt_lengths, scale, results)
         return results
+
+    def compute_top_logprobs(
+        self, token_ids: list[int], prompt_length: int, k: int, temperature: float = 1.0
+    ) -> list[list[tuple[int, float]]]:
+        """The ``k`` most likely tokens (id, logprob) at each response position.
+
+        One forward pass over prompt + response (L tokens, prompt P >= 1); returns
+        L - P lists, logprobs as in :meth:`compute_logprobs` (OpenAI's top_logprobs).
+        """
+        if not 1 <= prompt_length <= len(token_ids):
+            raise ValueError(f"prompt length {prompt_length} is outside [1, {len(token_ids)}]")
+        scale = temperature if temperature > 0 else 1.0
+        with self._lock, torch.inference_mode():
+            logits = self.model(
+                input_ids=torch.tensor([token_ids]),
+                logits_to_keep=len(token_ids) - prompt_length + 1,
+            ).logits[0, :-1]
+            values, ids = (logits.float() / scale).log_softmax(-1).topk(k, dim=-1)
+        return [list(zip(i, v, strict=True)) for i, v in zip(ids.tolist(), values.tolist(), strict=True)]
 
     def load_state_dict(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         """Swap in new weights between decode batches and set ``model_version``.

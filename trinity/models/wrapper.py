@@ -5,22 +5,34 @@ and returns one :class:`~trinity.types.Experience` per sample (prompt + response
 tokens, the engine's logprobs, texts, model version). Sync and async calls share the
 same preparation and packing steps; only the wait differs.
 
-    model = ModelWrapper(TransformersEngine("SmolLM2-135M-Instruct"))
+With ``enable_history`` every call's experiences are also kept, in call order, until
+:meth:`ModelWrapper.extract_experience_from_history` hands them over. Calls made through
+the OpenAI-compatible endpoint (:meth:`ModelWrapper.get_openai_client`) go through the
+same methods, so agent code written against the ``openai`` client yields experiences too.
+
+    model = ModelWrapper(TransformersEngine("SmolLM2-135M-Instruct"), enable_history=True)
     exps = model.chat([{"role": "user", "content": "2+3?"}], n=4, temperature=1.0)
+    client = model.get_openai_client()  # openai.OpenAI onto the same engine
+    recorded = model.extract_experience_from_history()
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trinity.models.engine import TransformersEngine
+from trinity.models.history import merge_conversations
 from trinity.models.sampling import Sample, SamplingParams
 from trinity.types import Experience
+
+if TYPE_CHECKING:
+    from trinity.models.engine import TransformersEngine
+    from trinity.models.server import OpenAIServer
 
 # rollout_args keys, each the SamplingParams field of the same name (n is chat's own argument)
 _ROLLOUT_KEYS = {
@@ -33,7 +45,8 @@ _ROLLOUT_KEYS = {
     "ignore_eos",
     "seed",
 }
-_IGNORED_KEYS = {"logprobs"}  # logprobs are always returned
+# "stop": strings that end a response (cut after sampling); logprobs are always returned
+_EXTRA_KEYS = {"stop", "logprobs"}
 
 
 @dataclass
@@ -45,19 +58,24 @@ class _Prepared:
     truncated: list[bool]
     params: SamplingParams
     messages: list[dict[str, Any]] | None
+    stop: list[str]
 
 
 class ModelWrapper:
     """Chat and completion calls on a rollout engine, returning Experiences.
 
     Args:
-        engine: the rollout engine.
+        engine: the rollout engine (or anything with its interface, e.g. a remote client).
         max_prompt_tokens: prompt length that ``enable_prompt_truncation`` cuts to.
         max_response_tokens: default ``max_tokens`` when a call does not set one.
         min_response_tokens: default ``min_tokens`` (stop tokens masked before it).
         enable_prompt_truncation: cut over-long prompts (keeping their last tokens) and
             mark the experience untrainable (action_mask all False) instead of raising
             :class:`~trinity.models.engine.PromptTooLongError`.
+        enable_history: keep every call's experiences for
+            :meth:`extract_experience_from_history`.
+        name: the model name the OpenAI endpoint serves it under; default: the
+            engine's ``model_path``.
     """
 
     def __init__(
@@ -67,12 +85,20 @@ class ModelWrapper:
         max_response_tokens: int | None = None,
         min_response_tokens: int = 1,
         enable_prompt_truncation: bool = False,
+        enable_history: bool = False,
+        name: str | None = None,
     ) -> None:
         self.engine = engine
         self.max_prompt_tokens = max_prompt_tokens
         self.max_response_tokens = max_response_tokens
         self.min_response_tokens = min_response_tokens
         self.enable_prompt_truncation = enable_prompt_truncation
+        self.enable_history = enable_history
+        self.name = name or str(getattr(engine, "model_path", "model"))
+        self.history: list[Experience] = []
+        self._history_lock = threading.Lock()
+        self._server: OpenAIServer | None = None
+        self._server_lock = threading.Lock()
 
     @property
     def model_version(self) -> int:
@@ -85,32 +111,67 @@ class ModelWrapper:
     # ---- calls ------------------------------------------------------------------------
 
     def chat(
-        self, messages: list[dict[str, Any]], n: int = 1, **rollout_args: Any
+        self,
+        messages: list[dict[str, Any]],
+        n: int = 1,
+        *,
+        response_limits: bool = True,
+        **rollout_args: Any,
     ) -> list[Experience]:
-        """Sample ``n`` assistant replies to ``messages``; one Experience per reply."""
-        prepared = self._prepare_chat(messages, n, rollout_args)
-        return self._pack(prepared, self.engine.generate(prepared.prompt_ids, prepared.params))
+        """Sample ``n`` assistant replies to ``messages``; one Experience per reply.
+
+        ``response_limits=False`` ignores ``max/min_response_tokens`` (the OpenAI
+        endpoint's behaviour: only ``max_model_len`` bounds a reply without max_tokens).
+        """
+        return self._run(self._prepare_chat(messages, n, rollout_args, response_limits))
 
     async def achat(
-        self, messages: list[dict[str, Any]], n: int = 1, **rollout_args: Any
+        self,
+        messages: list[dict[str, Any]],
+        n: int = 1,
+        *,
+        response_limits: bool = True,
+        **rollout_args: Any,
     ) -> list[Experience]:
         """Async :meth:`chat`."""
-        prepared = self._prepare_chat(messages, n, rollout_args)
-        samples = await self.engine.agenerate(prepared.prompt_ids, prepared.params)
-        return self._pack(prepared, samples)
+        return await self._arun(self._prepare_chat(messages, n, rollout_args, response_limits))
 
-    def generate(self, prompts: list[str], n: int = 1, **rollout_args: Any) -> list[Experience]:
-        """Sample ``n`` completions of each raw text prompt; experiences in prompt order."""
-        prepared = self._prepare_text(prompts, n, rollout_args)
-        return self._pack(prepared, self.engine.generate(prepared.prompt_ids, prepared.params))
+    def generate(
+        self,
+        prompts: list[str] | list[list[int]],
+        n: int = 1,
+        *,
+        response_limits: bool = True,
+        **rollout_args: Any,
+    ) -> list[Experience]:
+        """Sample ``n`` completions of each prompt (text or token ids), in prompt order."""
+        return self._run(self._prepare_text(prompts, n, rollout_args, response_limits))
 
     async def agenerate(
-        self, prompts: list[str], n: int = 1, **rollout_args: Any
+        self,
+        prompts: list[str] | list[list[int]],
+        n: int = 1,
+        *,
+        response_limits: bool = True,
+        **rollout_args: Any,
     ) -> list[Experience]:
         """Async :meth:`generate`."""
-        prepared = self._prepare_text(prompts, n, rollout_args)
-        samples = await self.engine.agenerate(prepared.prompt_ids, prepared.params)
-        return self._pack(prepared, samples)
+        return await self._arun(self._prepare_text(prompts, n, rollout_args, response_limits))
+
+    async def agenerate_ids(
+        self, prompt_ids: list[int], n: int = 1, **rollout_args: Any
+    ) -> list[Experience]:
+        """Sample ``n`` continuations of a prompt given as token ids (never truncated).
+
+        Multi-turn workflows build the context token by token, so the policy samples
+        from exactly the sequence it is later trained on.
+        """
+        ids = list(prompt_ids)
+        params = self._params(n, rollout_args, True)
+        stop = _stop_strings(rollout_args.get("stop"))
+        return await self._arun(
+            _Prepared([ids], [self.tokenizer.decode(ids)], [False], params, None, stop)
+        )
 
     def logprobs(self, tokens: list[int] | torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
         """Logprobs of ``tokens[1:]`` under the current weights: (L - 1,) float32."""
@@ -124,24 +185,114 @@ class ModelWrapper:
         """Async :meth:`logprobs` (runs the forward pass in a worker thread)."""
         return await asyncio.to_thread(self.logprobs, tokens, temperature)
 
+    def top_logprobs(
+        self, tokens: list[int], prompt_length: int, k: int, temperature: float = 1.0
+    ) -> list[list[tuple[int, float]]]:
+        """The ``k`` most likely (token id, logprob) pairs at each response position."""
+        compute = getattr(self.engine, "compute_top_logprobs", None)
+        if compute is None:
+            raise ValueError(f"top logprobs are not available from {type(self.engine).__name__}")
+        return compute(list(tokens), prompt_length, k, temperature)
+
+    # ---- history ----------------------------------------------------------------------
+
+    def extract_experience_from_history(
+        self, clear_history: bool = True, merge_turns: bool = False
+    ) -> list[Experience]:
+        """The experiences recorded since the last clear, in call order.
+
+        Args:
+            clear_history: empty the history (call this regularly: it grows with every call).
+            merge_turns: join chat calls that continue each other (the next call's
+                messages start with an earlier call's messages and reply) into one
+                multi-turn experience whose action_mask is True on the model's replies
+                only; see :func:`trinity.models.history.merge_conversations`.
+        """
+        with self._history_lock:
+            experiences = list(self.history)
+            if clear_history:
+                self.history.clear()
+        if merge_turns:
+            return merge_conversations(experiences, self.tokenizer)
+        return experiences
+
+    # ---- OpenAI-compatible endpoint --------------------------------------------------
+
+    def serve_openai(
+        self, host: str = "127.0.0.1", port: int = 0, api_key: str | None = None
+    ) -> OpenAIServer:
+        """Start (once) an OpenAI-compatible HTTP server on this model, in a thread."""
+        from trinity.models.server import OpenAIServer
+
+        with self._server_lock:
+            if self._server is None:
+                self._server = OpenAIServer(
+                    {self.name: self}, host=host, port=port, api_key=api_key
+                )
+                self._server.start()
+            return self._server
+
+    @property
+    def openai_base_url(self) -> str:
+        """``http://host:port/v1`` of this model's endpoint (started on first use)."""
+        return self.serve_openai().base_url
+
+    def get_openai_client(self) -> Any:
+        """An ``openai.OpenAI`` client onto this model; pass ``model=wrapper.name``."""
+        import openai
+
+        server = self.serve_openai()
+        return openai.OpenAI(base_url=server.base_url, api_key=server.api_key or "EMPTY")
+
+    def get_openai_async_client(self) -> Any:
+        """An ``openai.AsyncOpenAI`` client onto this model."""
+        import openai
+
+        server = self.serve_openai()
+        return openai.AsyncOpenAI(base_url=server.base_url, api_key=server.api_key or "EMPTY")
+
+    def close(self) -> None:
+        """Stop this model's OpenAI endpoint, if one was started (the engine stays up)."""
+        with self._server_lock:
+            if self._server is not None:
+                self._server.stop()
+                self._server = None
+
     # ---- preparation and packing ------------------------------------------------------
 
     def _prepare_chat(
-        self, messages: list[dict[str, Any]], n: int, rollout_args: dict[str, Any]
+        self,
+        messages: list[dict[str, Any]],
+        n: int,
+        rollout_args: dict[str, Any],
+        response_limits: bool,
     ) -> _Prepared:
         ids = self.engine.apply_chat_template(messages)
         ids, truncated = self._fit_prompt(ids)
         text = self.tokenizer.decode(ids)
-        return _Prepared([ids], [text], [truncated], self._params(n, rollout_args), messages)
+        params = self._params(n, rollout_args, response_limits)
+        stop = _stop_strings(rollout_args.get("stop"))
+        return _Prepared([ids], [text], [truncated], params, messages, stop)
 
-    def _prepare_text(self, prompts: list[str], n: int, rollout_args: dict[str, Any]) -> _Prepared:
-        fitted = [self._fit_prompt(self.tokenizer(p)["input_ids"]) for p in prompts]
-        ids = [f[0] for f in fitted]
-        texts = [
-            self.tokenizer.decode(i) if cut else p
-            for i, p, (_, cut) in zip(ids, prompts, fitted, strict=True)
-        ]
-        return _Prepared(ids, texts, [f[1] for f in fitted], self._params(n, rollout_args), None)
+    def _prepare_text(
+        self,
+        prompts: list[str] | list[list[int]],
+        n: int,
+        rollout_args: dict[str, Any],
+        response_limits: bool,
+    ) -> _Prepared:
+        ids, texts, cuts = [], [], []
+        for prompt in prompts:
+            given = prompt if isinstance(prompt, list) else self.tokenizer(prompt)["input_ids"]
+            fitted, cut = self._fit_prompt(list(given))
+            ids.append(fitted)
+            cuts.append(cut)
+            texts.append(
+                prompt if isinstance(prompt, str) and not cut else self.tokenizer.decode(fitted)
+            )
+        params = self._params(n, rollout_args, response_limits)
+        stop = _stop_strings(rollout_args.get("stop"))
+        return _Prepared(ids, texts, cuts, params, None, stop)
 
     def _fit_prompt(self, ids: list[int]) -> tuple[list[int], bool]:
         """Cut an over-long prompt when truncation is on; returns the ids and whether
@@ -156,15 +307,20 @@ class ModelWrapper:
         # keep the end: a chat prompt ends with the assistant header
         return ids[len(ids) - longest :], True
 
-    def _params(self, n: int, rollout_args: dict[str, Any]) -> SamplingParams:
-        unknown = set(rollout_args) - _ROLLOUT_KEYS - _IGNORED_KEYS
+    def _params(
+        self, n: int, rollout_args: dict[str, Any], response_limits: bool = True
+    ) -> SamplingParams:
+        unknown = set(rollout_args) - _ROLLOUT_KEYS - _EXTRA_KEYS
         if unknown:
             raise TypeError(
                 f"unknown rollout_args {sorted(unknown)}; allowed: "
-                f"{sorted(_ROLLOUT_KEYS | _IGNORED_KEYS)}"
+                f"{sorted(_ROLLOUT_KEYS | _EXTRA_KEYS)}"
             )
-        values: dict[str, Any] = {"n": n, "min_tokens": self.min_response_tokens}
-        if self.max_response_tokens is not None:
+        values: dict[str, Any] = {
+            "n": n,
+            "min_tokens": self.min_response_tokens if response_limits else 0,
+        }
+        if response_limits and self.max_response_tokens is not None:
             values["max_tokens"] = self.max_response_tokens
         for key, value in rollout_args.items():
             if key in _ROLLOUT_KEYS and value is not None:
@@ -173,6 +329,33 @@ class ModelWrapper:
             values["min_tokens"] = min(values["min_tokens"], values["max_tokens"])
         return SamplingParams(**values)
 
+    def _run(self, prepared: _Prepared) -> list[Experience]:
+        return self._finish(prepared, self.engine.generate(prepared.prompt_ids, prepared.params))
+
+    async def _arun(self, prepared: _Prepared) -> list[Experience]:
+        samples = await self.engine.agenerate(prepared.prompt_ids, prepared.params)
+        return self._finish(prepared, samples)
+
+    def _finish(self, prepared: _Prepared, samples: list[list[Sample]]) -> list[Experience]:
+        """Pack the samples and record them when history is on."""
+        if prepared.stop:
+            samples = [[self._cut_at_stop(s, prepared.stop) for s in per] for per in samples]
+        experiences = self._pack(prepared, samples)
+        if self.enable_history:
+            with self._history_lock:
+                self.history.extend(experiences)
+        return experiences
+
+    def _cut_at_stop(self, sample: Sample, stop: list[str]) -> Sample:
+        """End ``sample`` at the token that completes the first stop string, if any."""
+        decode = self.tokenizer.decode
+        if not any(s in decode(sample.token_ids, skip_special_tokens=True) for s in stop):
+            return sample
+        for end in range(1, len(sample.token_ids) + 1):
+            if any(s in decode(sample.token_ids[:end], skip_special_tokens=True) for s in stop):
+                break
+        return Sample(sample.token_ids[:end], sample.logprobs[:end], "stop", sample.model_version)
+
     def _pack(self, prepared: _Prepared, samples: list[list[Sample]]) -> list[Experience]:
         experiences = []
         for ids, text, truncated, per_prompt in zip(
@@ -180,6 +363,7 @@ class ModelWrapper:
         ):
             for sample in per_prompt:
                 response_text = self.tokenizer.decode(sample.token_ids, skip_special_tokens=True)
+                response_text = _before_stop(response_text, prepared.stop)
                 messages = None
                 if prepared.messages is not None:
                     messages = copy.deepcopy(prepared.messages)
@@ -202,3 +386,18 @@ class ModelWrapper:
                     )
                 )
         return experiences
+
+
+def _stop_strings(stop: str | list[str] | None) -> list[str]:
+    if stop is None:
+        return []
+    strings = [stop] if isinstance(stop, str) else list(stop)
+    if not all(isinstance(s, str) and s for s in strings):
+        raise ValueError(f"stop must be a non-empty string or a list of them, got {stop!r}")
+    return strings
+
+
+def _before_stop(text: str, stop: list[str]) -> str:
+    """``text`` up to (not including) the earliest stop string, as OpenAI returns it."""
+    cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=len(text))
+    return text[:cut]
