@@ -202,6 +202,24 @@ def _check_model(cfg: Config) -> None:
             valid=f"an integer < {response}",
         )
     _check_sampling("model", model.temperature, model.top_p)
+    _check_lora(cfg)
+
+
+def _check_lora(cfg: Config) -> None:
+    adapters = cfg.model.lora_configs
+    if len(adapters) > 1:
+        raise ConfigError(
+            "model.lora_configs", "holds more than one adapter", value=len(adapters), valid="at most one"
+        )
+    for i, lora in enumerate(adapters):
+        path = f"model.lora_configs[{i}]"
+        _at_least(f"{path}.lora_rank", lora.lora_rank, 1)
+        _positive(f"{path}.lora_alpha", lora.lora_alpha)
+        _fraction(f"{path}.lora_dropout", lora.lora_dropout)
+        if not lora.target_modules:
+            raise ConfigError(
+                f"{path}.target_modules", "is empty", value=[], valid="layer names, or [all-linear]"
+            )
 
 
 def _check_sampling(path: str, temperature: float | None, top_p: float | None) -> None:

@@ -49,34 +49,67 @@ def convert(checkpoint_dir: str | Path, base_model_dir: str | Path | None = None
 
 def convert_actor(actor_dir: Path, base_model_dir: str | Path | None = None) -> str:
     """Write ``actor_dir/huggingface``; returns "converted" or "skipped"."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
 
     from trinity.common.models.utils import load_fsdp_state_dict_from_verl_checkpoint
+    from trinity.trainer import lora
 
     hf_dir = actor_dir / "huggingface"
     if (hf_dir / "model.safetensors").exists() or (hf_dir / "model.safetensors.index.json").exists():
         return "skipped"
-    config_dir = hf_dir if (hf_dir / "config.json").exists() else None
-    if config_dir is None:
-        if base_model_dir is None:
-            raise ConvertError(
-                f"'{hf_dir}' has no config.json; pass --base-model-dir with the base model's directory"
-            )
-        config_dir = Path(base_model_dir)
     state_dict = load_fsdp_state_dict_from_verl_checkpoint(str(actor_dir))
-    config = AutoConfig.from_pretrained(config_dir)
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    model.load_state_dict(state_dict, assign=True, strict=False)
-    model.tie_weights()
     tmp = hf_dir.with_name(".huggingface.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     if hf_dir.exists():
         shutil.copytree(hf_dir, tmp)
-    model.save_pretrained(tmp)
+    if lora.is_adapter_checkpoint(actor_dir):
+        config_dir = _merge_adapter(actor_dir, state_dict, base_model_dir, tmp)
+    else:
+        if any(".lora_A." in k for k in state_dict):
+            raise ConvertError(
+                f"'{actor_dir}' holds LoRA adapter weights without {lora.ADAPTER_DIR}/{lora.ADAPTER_CONFIG} "
+                "(a weights-only save for synchronisation); convert a full checkpoint of the run"
+            )
+        config_dir = hf_dir if (hf_dir / "config.json").exists() else None
+        if config_dir is None:
+            if base_model_dir is None:
+                raise ConvertError(
+                    f"'{hf_dir}' has no config.json; pass --base-model-dir with the base model's directory"
+                )
+            config_dir = Path(base_model_dir)
+        lora.save_full_model(AutoConfig.from_pretrained(config_dir), state_dict, tmp)
     if not (tmp / "tokenizer_config.json").exists():
         AutoTokenizer.from_pretrained(config_dir).save_pretrained(tmp)
     shutil.rmtree(hf_dir, ignore_errors=True)
     tmp.rename(hf_dir)
     return "converted"
+
+
+def _merge_adapter(
+    actor_dir: Path, adapter: dict, base_model_dir: str | Path | None, out: Path
+) -> Path:
+    """Save base + ``adapter`` (a LoRA checkpoint's tensors) as one model into ``out``;
+    returns the base model's directory. The base is ``--base-model-dir``, else the one the
+    adapter was trained on (``base_model_name_or_path`` of its adapter_config.json)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from trinity.trainer import lora
+
+    adapter_config = lora.read_adapter_config(actor_dir / lora.ADAPTER_DIR)
+    base = base_model_dir or adapter_config.get("base_model_name_or_path")
+    if not base or not Path(base).is_dir():
+        raise ConvertError(
+            f"'{actor_dir}' is a LoRA checkpoint whose base model '{base}' is not a local directory; "
+            "pass --base-model-dir with the base model the adapter was trained on"
+        )
+    model = AutoModelForCausalLM.from_pretrained(base, dtype="auto")
+    applier = lora.AdapterApplier(model, lora.scaling(adapter_config))
+    try:
+        merged = applier.full_state_dict(adapter)
+    except lora.LoRAError as error:
+        raise ConvertError(f"'{actor_dir}': {error} (is --base-model-dir the adapter's base?)") from error
+    with torch.no_grad():
+        model.load_state_dict(merged)
+    model.save_pretrained(str(out), safe_serialization=True)
+    return Path(base)

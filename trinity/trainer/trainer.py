@@ -32,6 +32,7 @@ from trinity.algorithm.loss_agg import LossNormalizer
 from trinity.config import Config
 from trinity.config.algorithm_defaults import NONE
 from trinity.trainer import checkpoint as ckpt
+from trinity.trainer import lora
 from trinity.trainer.actor import forward_logprobs
 from trinity.trainer.batch import TrainBatch, collate
 from trinity.trainer.critic import Critic, enable_checkpointing
@@ -119,6 +120,12 @@ class Trainer:
         if tc.actor_rollout_ref.model.enable_gradient_checkpointing:
             enable_checkpointing(self.model)
             self.model.config.use_cache = False
+        # LoRA: a peft model whose only trainable parameters are the adapter's
+        self.lora = config.model.lora_configs[0] if config.model.lora_configs else None
+        if self.lora is not None:
+            self.model = lora.wrap(self.model, self.lora)
+            if tc.actor_rollout_ref.model.enable_gradient_checkpointing:
+                self.model.enable_input_require_grads()
 
         self.policy_loss = build(POLICY_LOSS_FN, algo.policy_loss_fn, policy_loss_args(config))
         self.advantage_fn = None
@@ -154,7 +161,7 @@ class Trainer:
 
         opt = algo.optimizer
         self.optimizer, self.scheduler = build_optimizer(
-            self.model.parameters(),
+            [p for p in self.model.parameters() if p.requires_grad],
             lr=opt.lr,
             weight_decay=opt.weight_decay,
             betas=tuple(opt.betas),
@@ -369,7 +376,10 @@ class Trainer:
 
     # ------------------------------------------------------------------ weights
     def weights_for_sync(self) -> dict[str, torch.Tensor]:
-        """The policy's parameters in the rollout engine's dtype (halves the transfer)."""
+        """The policy's parameters in the rollout engine's dtype (halves the transfer);
+        with LoRA the adapter's tensors only."""
+        if self.lora is not None:
+            return lora.adapter_state_dict(self.model)
         return {
             k: v.detach().to(self.compute_dtype).clone() for k, v in self.model.state_dict().items()
         }
@@ -382,7 +392,10 @@ class Trainer:
         """
         directory = ckpt.step_dir(job_dir, step) / "actor" / "huggingface"
         self._save_hf_config(directory)
-        self.model.save_pretrained(directory, safe_serialization=True)
+        if self.lora is not None:
+            lora.export_merged(self.model, directory)
+        else:
+            self.model.save_pretrained(directory, safe_serialization=True)
         self.logger.info("exported the policy of step %d to %s", step, directory)
         return directory
 
@@ -400,7 +413,7 @@ class Trainer:
         path = ckpt.save_actor_checkpoint(
             job_dir,
             step,
-            model_state=self.model.state_dict(),
+            model_state=self._model_state(),
             optim_state=self.optimizer.state_dict(),
             extra_state=extra,
             hf_save=self._save_hf_config,
@@ -426,7 +439,11 @@ class Trainer:
         step = ckpt.read_latest(job_dir)
         if not step:
             return 0
-        self.model.load_state_dict(ckpt.load_actor_shard(job_dir, step, "model"))
+        state = ckpt.load_actor_shard(job_dir, step, "model")
+        if self.lora is not None:
+            lora.load_adapter_state(self.model, state)
+        else:
+            self.model.load_state_dict(state)
         self.optimizer.load_state_dict(ckpt.load_actor_shard(job_dir, step, "optim"))
         extra = ckpt.load_actor_shard(job_dir, step, "extra_state")
         self.scheduler.load_state_dict(extra["lr_scheduler"])
@@ -439,7 +456,13 @@ class Trainer:
         self.logger.info("resumed trainer from step %d", step)
         return self.global_step
 
+    def _model_state(self) -> dict[str, torch.Tensor]:
+        """What a checkpoint keeps of the policy: all weights, or with LoRA the adapter."""
+        return lora.adapter_state_dict(self.model) if self.lora is not None else self.model.state_dict()
+
     def _save_hf_config(self, directory: Path) -> None:
+        if self.lora is not None:  # the adapter in peft's format beside huggingface/
+            lora.save_adapter(self.model, directory.parent / lora.ADAPTER_DIR)
         directory.mkdir(parents=True, exist_ok=True)
         self.model.config.save_pretrained(directory)
         if self.model.generation_config is not None:

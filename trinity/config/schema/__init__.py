@@ -21,7 +21,7 @@ from trinity.config.schema.data_processor import (
     TaskPipelineConfig,
 )
 from trinity.config.schema.explorer import ExplorerConfig, InferenceModelConfig
-from trinity.config.schema.model import ModelConfig
+from trinity.config.schema.model import LoRAConfig, ModelConfig
 from trinity.config.schema.runtime import (
     LOG_LEVELS,
     ClusterConfig,
@@ -70,6 +70,7 @@ __all__ = [
     "FsdpConfig",
     "FusedKernelOptions",
     "InferenceModelConfig",
+    "LoRAConfig",
     "LogConfig",
     "ModelConfig",
     "MonitorConfig",
