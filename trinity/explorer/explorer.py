@@ -15,9 +15,9 @@ from typing import Any
 
 from trinity.buffer.task_reader import TasksetExhausted, TasksetReader
 from trinity.config import Config
+from trinity.explorer.engines import RolloutEngines
 from trinity.explorer.metrics import eval_metrics, rollout_metrics
 from trinity.explorer.runner import RunnerPool
-from trinity.models.engine import TransformersEngine
 from trinity.models.wrapper import ModelWrapper
 from trinity.types import Experience, Task
 
@@ -40,19 +40,18 @@ def make_taskset_reader(config: Config, storage, *, batch_size: int, is_eval: bo
 
 
 class Explorer:
-    """Owns the rollout engine, the runner pool and the tasksets."""
+    """Owns the rollout engines, the runner pool and the tasksets."""
 
     def __init__(self, config: Config, *, model_dir: str | Path, log_dir: Path | None, logger: logging.Logger | None = None) -> None:
         self.config = config
         self.logger = logger or logging.getLogger("trinity.explorer")
         ex = config.explorer
-        self.engine = TransformersEngine(
-            str(model_dir),
-            dtype=config.model.dtype,
-            max_model_len=config.model.max_model_len,
-            seed=config.seed,
-        )
-        self.model = ModelWrapper(self.engine, enable_prompt_truncation=config.model.enable_prompt_truncation)
+        self.engines = RolloutEngines.from_config(config, str(model_dir))
+        self.models = [
+            ModelWrapper(engine, enable_prompt_truncation=config.model.enable_prompt_truncation)
+            for engine in self.engines.engines
+        ]
+        self.model = self.models[0]
         inputs = config.buffer.explorer_input
         self.taskset = None
         if inputs.taskset is not None:
@@ -62,7 +61,7 @@ class Explorer:
             reader = make_taskset_reader(config, storage, batch_size=1, is_eval=True)
             self.eval_tasks[storage.name] = [self._as_eval(t) for t in reader.read_all()]
         self.runners = RunnerPool(
-            self.model,
+            self.models,
             num_runners=ex.runner_per_model * ex.rollout_model.engine_num,
             max_timeout=ex.max_timeout,
             max_retry_times=ex.max_retry_times,
@@ -78,7 +77,7 @@ class Explorer:
 
     @property
     def model_version(self) -> int:
-        return self.engine.model_version
+        return self.engines.model_version
 
     def explore_step(self, step: int) -> tuple[list[Experience], dict[str, float]] | None:
         """Roll out one batch of tasks; None when the taskset is exhausted."""
@@ -123,7 +122,7 @@ class Explorer:
         return metrics
 
     def load_weights(self, state_dict: dict[str, Any], version: int) -> None:
-        self.engine.load_state_dict(state_dict, version)
+        self.engines.load_state_dict(state_dict, version)
         self.logger.info("loaded policy version %d", version)
 
     def state_dict(self) -> dict[str, Any]:
@@ -135,4 +134,4 @@ class Explorer:
 
     def close(self) -> None:
         self.runners.close()
-        self.engine.close()
+        self.engines.close()

@@ -28,7 +28,9 @@ def rollout_metrics(experiences: list[Experience]) -> dict[str, float]:
     """``rollout/reward/*``, ``rollout/accuracy/*``, ``rollout/response_length/*``, components."""
     metrics = _stats("rollout/reward", [float(e.reward or 0.0) for e in experiences])
     metrics.update(_stats("rollout/accuracy", [score(e) for e in experiences]))
-    metrics.update(_stats("rollout/response_length", [float(e.response_length) for e in experiences]))
+    metrics.update(
+        _stats("rollout/response_length", [float(e.response_length) for e in experiences])
+    )
     components: dict[str, list[float]] = defaultdict(list)
     for exp in experiences:
         for key, value in exp.metrics.items():
@@ -53,6 +55,8 @@ def eval_metrics(taskset: str, experiences: list[Experience], k: int) -> dict[st
         metrics[f"{prefix}/{name}/mean@{k}"] = metrics[f"{prefix}/{name}/mean"]
         metrics[f"{prefix}/{name}/best@{k}"] = statistics.fmean(max(v) for v in per_task)
         metrics[f"{prefix}/{name}/worst@{k}"] = statistics.fmean(min(v) for v in per_task)
-    metrics[f"{prefix}/response_length/mean"] = statistics.fmean(e.response_length for e in experiences)
+    metrics[f"{prefix}/response_length/mean"] = statistics.fmean(
+        e.response_length for e in experiences
+    )
     metrics[f"{prefix}/num_tasks"] = float(len(by_task))
     return metrics

@@ -1,23 +1,33 @@
 """Workflow runners: run tasks concurrently, retry failures, time out hung ones.
 
-Each runner is a worker thread with its own log file ``explorer_runner_<n>.log``. The
-rollout engine merges the concurrent requests of all runners into shared decode batches.
-A task that raises is retried up to ``max_retry_times``; a task that neither finishes
-nor fails within ``max_timeout`` seconds is counted as timed out and abandoned (its
-thread finishes in the background and its result is dropped). Failures never stop the
-step: they are counted, logged with their traceback, and the step completes with the rest.
+The pool has ``runner_per_model x engine_num`` runner slots; slot ``i`` calls rollout
+engine ``i % engine_num`` and writes its own log file ``explorer_runner_<i>.log``. The
+engines merge the concurrent requests of their runners into shared decode batches.
+
+A task runs in a fresh thread on a free slot. If it raises, it is retried up to
+``max_retry_times`` times; if it neither finishes nor fails within ``max_timeout``
+seconds of starting (all tries included), it is counted as timed out and abandoned:
+its slot gets a new thread for the next task at once, so a hung workflow never starves
+the pool. Python cannot stop a thread, so the abandoned one runs on in the background;
+whatever it returns goes to a queue nobody reads any more, and it cannot touch the
+results of this or any later call. Failures never stop the step: they are counted,
+logged with their traceback, and the step completes with the rest.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
+import queue
 import threading
 import time
 import traceback
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from trinity.types import EID, Experience, Task
 from trinity.utils.log import get_actor_logger
@@ -34,12 +44,28 @@ class RunResult:
     retries: int = 0
 
 
+@dataclass
+class _Slot:
+    """One runner: the model it calls and the log it writes."""
+
+    index: int
+    model: Any  # ModelWrapper
+    logger: logging.Logger
+
+
+@dataclass
+class _Outcome:
+    experiences: list[Experience]
+    retries: int
+    ok: bool
+
+
 class RunnerPool:
-    """``num_runners`` threads executing workflows against shared models."""
+    """``num_runners`` concurrent workflow runners spread over ``models`` (one per engine)."""
 
     def __init__(
         self,
-        model,
+        models: Sequence[Any],
         *,
         num_runners: int,
         max_timeout: float,
@@ -49,85 +75,148 @@ class RunnerPool:
         log_dir: Path | None = None,
         log_level: str = "INFO",
     ) -> None:
-        self.model = model
+        if not models:
+            raise ValueError("RunnerPool needs at least one model")
+        if num_runners < 1:
+            raise ValueError(f"num_runners must be >= 1, got {num_runners}")
+        if max_timeout <= 0:
+            raise ValueError(f"explorer.max_timeout must be > 0 seconds, got {max_timeout}")
+        if max_retry_times < 0:
+            raise ValueError(f"explorer.max_retry_times must be >= 0, got {max_retry_times}")
         self.auxiliary_models = auxiliary_models or []
         self.max_timeout = max_timeout
         self.max_retry_times = max_retry_times
+        # runners are threads of this process: the variables reach every workflow
         for key, value in (env_vars or {}).items():
             os.environ[str(key)] = str(value)
-        self.loggers = [
-            get_actor_logger(f"explorer_runner_{i}", log_dir, level=log_level)
+        self.slots = [
+            _Slot(
+                i,
+                models[i % len(models)],
+                get_actor_logger(f"explorer_runner_{i}", log_dir, level=log_level),
+            )
             for i in range(num_runners)
         ]
-        self._ids = iter(range(num_runners))
-        self._local = threading.local()
-        self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(num_runners, thread_name_prefix="runner", initializer=self._init_thread)
-
-    def _init_thread(self) -> None:
-        with self._lock:
-            self._local.index = next(self._ids)
+        self.loggers = [slot.logger for slot in self.slots]
+        self._abandoned: list[threading.Thread] = []
+        self._closed = False
 
     @property
-    def _logger(self) -> logging.Logger:
-        return self.loggers[getattr(self._local, "index", 0)]
+    def abandoned_running(self) -> int:
+        """Threads of timed-out tasks that have not finished yet."""
+        self._abandoned = [t for t in self._abandoned if t.is_alive()]
+        return len(self._abandoned)
 
     def run_tasks(self, tasks: list[Task], batch_id: int | str) -> RunResult:
         """Run every task once (with retries); experiences come back in task order."""
+        if self._closed:
+            raise RuntimeError("the runner pool is closed")
         result = RunResult()
-        futures: dict[Future, int] = {
-            self._pool.submit(self._run_with_retries, task, batch_id): i for i, task in enumerate(tasks)
-        }
-        deadline = time.monotonic() + self.max_timeout
+        finished: queue.Queue[tuple[int, _Outcome]] = queue.Queue()  # this call's only
+        todo = deque(enumerate(tasks))
+        free = deque(self.slots)
+        running: dict[int, tuple[_Slot, int, float, threading.Thread]] = {}
         per_task: dict[int, list[Experience]] = {}
-        pending = set(futures)
-        while pending:
-            done, pending = wait(pending, timeout=max(deadline - time.monotonic(), 0), return_when=FIRST_COMPLETED)
-            for fut in done:
-                exps, retries, ok = fut.result()
-                result.retries += retries
-                if ok:
-                    per_task[futures[fut]] = exps
-                else:
-                    result.failed += 1
-            if pending and time.monotonic() >= deadline:
-                for fut in pending:
-                    fut.cancel()
-                    task = tasks[futures[fut]]
-                    self.loggers[0].error(
-                        "task %s of taskset '%s' timed out after %.0fs", task.index, task.taskset, self.max_timeout
-                    )
-                result.timed_out += len(pending)
-                break
-        for i in sorted(per_task):
-            result.experiences.extend(per_task[i])
+        tokens = itertools.count()
+        while todo or running:
+            while todo and free:
+                slot, (position, task) = free.popleft(), todo.popleft()
+                token = next(tokens)
+                thread = threading.Thread(
+                    target=self._work,
+                    args=(slot, task, batch_id, token, finished),
+                    name=f"runner-{slot.index}",
+                    daemon=True,
+                )
+                running[token] = (slot, position, time.monotonic() + self.max_timeout, thread)
+                thread.start()
+            next_deadline = min(deadline for _, _, deadline, _ in running.values())
+            try:
+                token, outcome = finished.get(timeout=max(next_deadline - time.monotonic(), 0))
+            except queue.Empty:
+                self._expire(running, tasks, free, result)
+                continue
+            slot, position, _, _ = running.pop(token)
+            free.append(slot)
+            result.retries += outcome.retries
+            if outcome.ok:
+                per_task[position] = outcome.experiences
+            else:
+                result.failed += 1
+        for position in sorted(per_task):
+            result.experiences.extend(per_task[position])
         return result
 
-    def _run_with_retries(self, task: Task, batch_id: int | str) -> tuple[list[Experience], int, bool]:
-        logger = self._logger
+    def _expire(
+        self,
+        running: dict[int, tuple[_Slot, int, float, threading.Thread]],
+        tasks: list[Task],
+        free: deque[_Slot],
+        result: RunResult,
+    ) -> None:
+        """Abandon the tasks past their deadline and give their slots back."""
+        now = time.monotonic()
+        for token, (slot, position, deadline, thread) in list(running.items()):
+            if deadline > now:
+                continue
+            del running[token]
+            task = tasks[position]
+            slot.logger.error(
+                "task %s of taskset '%s' timed out after %.0fs (explorer.max_timeout); abandoned",
+                task.index,
+                task.taskset,
+                self.max_timeout,
+            )
+            result.timed_out += 1
+            self._abandoned.append(thread)
+            free.append(slot)
+        if self.abandoned_running:
+            self.slots[0].logger.warning(
+                "%d abandoned workflow thread(s) still running in the background",
+                self.abandoned_running,
+            )
+
+    def _work(
+        self, slot: _Slot, task: Task, batch_id: int | str, token: int, finished: queue.Queue
+    ) -> None:
+        finished.put((token, self._run_with_retries(slot, task, batch_id)))
+
+    def _run_with_retries(self, slot: _Slot, task: Task, batch_id: int | str) -> _Outcome:
+        logger = slot.logger
         attempts = self.max_retry_times + 1
         for attempt in range(attempts):
             try:
                 workflow_cls = WORKFLOWS.get(task.workflow)
-                workflow = workflow_cls(task, self.model, self.auxiliary_models, logger=logger)
+                workflow = workflow_cls(task, slot.model, self.auxiliary_models, logger=logger)
                 start = time.perf_counter()
                 experiences = workflow.run()
                 rewards = [e.reward for e in experiences]
                 logger.info(
                     "task %s of '%s' done in %.2fs: %d experience(s), rewards %s",
-                    task.index, task.taskset, time.perf_counter() - start, len(experiences), rewards,
+                    task.index,
+                    task.taskset,
+                    time.perf_counter() - start,
+                    len(experiences),
+                    rewards,
                 )
                 for exp in experiences:
-                    exp.eid = EID(batch=batch_id, task=task.index, run=exp.eid.run, step=exp.eid.step)
+                    exp.eid = EID(
+                        batch=batch_id, task=task.index, run=exp.eid.run, step=exp.eid.step
+                    )
                     exp.info.setdefault("task_index", task.index)
                     exp.info.setdefault("taskset", task.taskset)
-                return experiences, attempt, True
+                return _Outcome(experiences, attempt, True)
             except Exception:
                 logger.error(
                     "task %s of taskset '%s' failed (try %d of %d):\n%s",
-                    task.index, task.taskset, attempt + 1, attempts, traceback.format_exc(),
+                    task.index,
+                    task.taskset,
+                    attempt + 1,
+                    attempts,
+                    traceback.format_exc(),
                 )
-        return [], attempts - 1, False
+        return _Outcome([], attempts - 1, False)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Stop accepting work; abandoned threads are daemons and die with the process."""
+        self._closed = True

@@ -7,3 +7,4 @@ the explorer and the trainer take turns, and each uses every core while it works
 EXPLORER_CPUS = 0.5  # the explorer actor, with its rollout engine and runner threads
 TRAINER_CPUS = 0.5  # each trainer rank
 SERVICE_CPUS = 0.0  # experience buffer and synchronizer: they only wait and move data
+ENGINE_CPUS = 0.0  # each extra rollout engine: it decodes while the explorer waits on it

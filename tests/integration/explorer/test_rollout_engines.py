@@ -1,0 +1,77 @@
+"""engine_num 2 on a real local Ray: engine 0 in this process, engine 1 in an actor.
+
+Runners are spread over both engines, both serve requests, ``explorer.env_vars`` reach
+the runners and the engine actor, and a weight update lands in every engine (the
+remote engine then scores tokens exactly as the local one does).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import ray
+import torch
+from behaviour_workflow import behaviour_config, write_tasks
+
+from trinity.explorer.engines import EngineClient
+from trinity.explorer.explorer import Explorer
+
+pytestmark = pytest.mark.slow  # starts a local Ray instance and an engine actor
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    os.environ.pop("RAY_ADDRESS", None)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def test_two_engines_share_the_work_and_the_weights(
+    local_ray, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    write_tasks(data, "train", ["ok"] * 8)
+    write_tasks(data, "test", ["ok"])
+    config = behaviour_config(
+        tiny_model_dir,
+        tmp_path,
+        data,
+        "buffer.batch_size=8",
+        "explorer.runner_per_model=2",
+        "explorer.rollout_model.engine_num=2",
+        "explorer.env_vars={TRINITY_TEST_ENV: from-config}",
+    )
+    explorer = Explorer(config, model_dir=tiny_model_dir, log_dir=tmp_path / "log")
+    try:
+        local, remote = explorer.engines.engines
+        assert isinstance(remote, EngineClient)
+        assert len(explorer.runners.slots) == 4
+        assert [s.model.engine for s in explorer.runners.slots] == [local, remote, local, remote]
+
+        experiences, metrics = explorer.explore_step(1)
+        assert metrics["rollout/failed_tasks"] == 0 and len(experiences) == 16
+        assert {e.info["env"] for e in experiences} == {"from-config"}
+        info = remote.info()
+        assert info["pid"] != os.getpid()
+        assert info["env"]["TRINITY_TEST_ENV"] == "from-config"
+        assert local.num_batches > 0 and info["num_batches"] > 0
+
+        # a new policy version reaches both engines
+        state = {k: v.clone() for k, v in local.model.state_dict().items()}
+        state["model.norm.weight"] = state["model.norm.weight"] * 3
+        explorer.load_weights(state, 1)
+        assert explorer.model_version == 1 and remote.model_version == 1
+        assert remote.info()["model_version"] == 1
+        tokens = experiences[0].tokens.tolist()
+        plen = experiences[0].prompt_length
+        [here] = local.compute_logprobs([tokens], [plen])
+        [there] = remote.compute_logprobs([tokens], [plen])
+        torch.testing.assert_close(torch.tensor(there), torch.tensor(here))
+        assert not torch.allclose(torch.tensor(here), experiences[0].logprobs)
+        experiences, _ = explorer.explore_step(2)
+        assert {e.info["model_version"] for e in experiences} == {1}
+    finally:
+        explorer.close()

@@ -1,0 +1,95 @@
+"""One workflow raises, one hangs past max_timeout, the rest succeed: the step completes.
+
+The explorer runs in-process with the tiny model. Metrics count exactly one failure and
+one timeout, the runner log holds the traceback, and the hung thread (still blocked in
+the background) neither starves later steps nor leaks into their results.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from behaviour_workflow import RELEASE, behaviour_config, write_tasks
+
+from trinity.explorer.explorer import Explorer
+from trinity.explorer.runner import RunnerPool
+from trinity.models.engine import TransformersEngine
+from trinity.models.wrapper import ModelWrapper
+from trinity.types import Task
+
+
+def test_step_with_a_failure_and_a_timeout_completes(tiny_model_dir: Path, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    write_tasks(data, "train", ["ok", "raise", "ok", "hang", "ok", "ok"])
+    write_tasks(data, "test", ["ok"])
+    config = behaviour_config(
+        tiny_model_dir,
+        tmp_path,
+        data,
+        "buffer.batch_size=6",
+        "explorer.runner_per_model=2",
+        "explorer.max_timeout=4",
+        "explorer.max_retry_times=1",
+    )
+    explorer = Explorer(config, model_dir=tiny_model_dir, log_dir=tmp_path / "log")
+    try:
+        start = time.monotonic()
+        experiences, metrics = explorer.explore_step(1)
+        elapsed = time.monotonic() - start
+        assert metrics["rollout/failed_tasks"] == 1
+        assert metrics["rollout/timed_out_tasks"] == 1
+        # the four good tasks, repeat_times 2 each, in task order
+        assert len(experiences) == 8
+        assert [e.eid.task for e in experiences] == [0, 0, 2, 2, 4, 4, 5, 5]
+        assert metrics["rollout/num_experiences"] == 8
+        # the hung task was abandoned at its own deadline, not waited for
+        assert elapsed < 60
+        assert explorer.runners.abandoned_running == 1
+    finally:
+        explorer.close()
+    logs = "".join(p.read_text() for p in sorted((tmp_path / "log").glob("explorer_runner_*.log")))
+    assert logs.count("Traceback (most recent call last)") == 2  # the failing task's two tries
+    assert "DeliberateFailure: task 1 fails on purpose" in logs
+    assert "try 2 of 2" in logs
+    assert "task 3 of taskset 'arithmetic' timed out after 4s" in logs
+
+
+def test_hung_runner_slot_is_replaced(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """One runner: a hung task must not block the next call, nor leak into it."""
+    engine = TransformersEngine(str(tiny_model_dir), dtype="float32")
+    pool = RunnerPool(
+        [ModelWrapper(engine)], num_runners=1, max_timeout=2, max_retry_times=0, log_dir=tmp_path
+    )
+
+    def task(index: int, behaviour: str) -> Task:
+        return Task(
+            raw={"question": "1 + 1 = ?", "behaviour": behaviour},
+            workflow="behaviour_test_workflow",
+            reward_fn=None,
+            repeat_times=1,
+            taskset="t",
+            index=index,
+            rollout_args={"max_tokens": 3},
+            format={"prompt_key": "question"},
+        )
+
+    try:
+        first = pool.run_tasks([task(0, "hang")], batch_id=1)
+        assert (first.timed_out, first.failed, first.experiences) == (1, 0, [])
+        # the only slot's old thread is still blocked; the slot has a new one
+        second = pool.run_tasks([task(1, "ok"), task(2, "ok")], batch_id=2)
+        assert (second.timed_out, second.failed) == (0, 0)
+        assert [e.eid.task for e in second.experiences] == [1, 2]
+        assert pool.abandoned_running == 1
+        RELEASE.set()  # the abandoned workflow now returns; nobody reads its result
+        third = pool.run_tasks([task(3, "ok")], batch_id=3)
+        assert [e.eid.batch for e in third.experiences] == [3]
+        for _ in range(100):
+            if pool.abandoned_running == 0:
+                break
+            time.sleep(0.05)
+        assert pool.abandoned_running == 0
+    finally:
+        pool.close()
+        engine.close()

@@ -1,0 +1,210 @@
+"""The explorer's rollout engines: ``explorer.rollout_model.engine_num`` replicas.
+
+Engine 0 always lives in the explorer's own process; engines 1.. run each in its own
+Ray actor (:class:`EngineActor`) when Ray is initialised, and in this process otherwise
+(unit tests, debugging). Keeping engine 0 local means the default single-engine run
+has no extra process: a second process would hold its own copy of torch and of the
+weights (several hundred MB) and would add a Ray round trip to every request.
+
+:class:`EngineClient` gives a remote engine the interface of
+:class:`~trinity.models.engine.TransformersEngine` that
+:class:`~trinity.models.wrapper.ModelWrapper` uses, so workflows call every engine the
+same way. An engine actor is threaded: concurrent calls from several runners reach its
+engine together and its request batcher merges them into shared decode batches.
+
+    engines = RolloutEngines.from_config(config, model_dir)
+    wrappers = [ModelWrapper(e) for e in engines.engines]
+    engines.load_state_dict(state_dict, version=3)  # every replica, local and remote
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from trinity.config import Config
+from trinity.models.engine import TransformersEngine, render_chat
+from trinity.models.sampling import Sample, SamplingParams
+
+# concurrent calls an engine actor serves beyond its runners (weight loads, stats)
+_SPARE_CALLS = 4
+
+
+class EngineActor:
+    """A :class:`TransformersEngine` as a Ray actor (a thin wrapper, built in-process by tests).
+
+    ``env_vars`` (``explorer.env_vars``) are set before the engine starts, as in the
+    explorer's runners.
+    """
+
+    def __init__(self, engine_args: dict[str, Any], env_vars: dict[str, str] | None = None) -> None:
+        for key, value in (env_vars or {}).items():
+            os.environ[str(key)] = str(value)
+        # Ray gives zero-CPU actors OMP_NUM_THREADS=1; an engine decodes with every core
+        threads = max(1, os.cpu_count() or 1)
+        self.engine = TransformersEngine(**engine_args, num_threads=threads)
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "max_model_len": self.engine.max_model_len,
+            "model_version": self.engine.model_version,
+            "num_batches": self.engine.num_batches,
+            "pid": os.getpid(),
+            "env": dict(os.environ),
+        }
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
+        return self.engine.generate(prompts, params)
+
+    def compute_logprobs(
+        self, token_ids: list[list[int]], prompt_lengths: list[int], temperature: float
+    ) -> list[list[float]]:
+        return self.engine.compute_logprobs(token_ids, prompt_lengths, temperature)
+
+    def load_state_dict(self, state_dict: dict[str, Any], version: int) -> int:
+        self.engine.load_state_dict(state_dict, version)
+        return version
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+class EngineClient:
+    """The engine interface ModelWrapper needs, served by an :class:`EngineActor` handle.
+
+    The tokenizer is loaded here, so chat templates and decoding cost no round trip.
+    ``model_version`` is the version this client last installed: the explorer is the
+    only process that loads weights into its engines.
+    """
+
+    def __init__(self, handle: Any, model_dir: str) -> None:
+        import ray
+        from transformers import AutoTokenizer
+
+        self.handle = handle
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        info = ray.get(handle.info.remote())
+        self.max_model_len = int(info["max_model_len"])
+        self.model_version = int(info["model_version"])
+
+    def apply_chat_template(
+        self, messages: list[dict[str, Any]], add_generation_prompt: bool = True
+    ) -> list[int]:
+        return render_chat(self.tokenizer, messages, add_generation_prompt)
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
+        import ray
+
+        return ray.get(self.handle.generate.remote(prompts, params))
+
+    async def agenerate(
+        self, prompts: list[list[int]], params: SamplingParams
+    ) -> list[list[Sample]]:
+        return await self.handle.generate.remote(prompts, params)
+
+    def compute_logprobs(
+        self, token_ids: list[list[int]], prompt_lengths: list[int], temperature: float = 1.0
+    ) -> list[list[float]]:
+        import ray
+
+        return ray.get(self.handle.compute_logprobs.remote(token_ids, prompt_lengths, temperature))
+
+    def load_state_dict(self, state_dict: Any, version: int) -> None:
+        """Install weights; ``state_dict`` may be a Ray object ref (put once for all engines)."""
+        import ray
+
+        ray.get(self.handle.load_state_dict.remote(state_dict, version))
+        self.model_version = version
+
+    def info(self) -> dict[str, Any]:
+        import ray
+
+        return ray.get(self.handle.info.remote())
+
+    def close(self) -> None:
+        import ray
+
+        try:
+            ray.get(self.handle.close.remote(), timeout=30)
+        finally:
+            ray.kill(self.handle)
+
+
+class RolloutEngines:
+    """Every replica of the rollout model; weight updates reach them all."""
+
+    def __init__(self, engines: list[TransformersEngine | EngineClient]) -> None:
+        if not engines:
+            raise ValueError("RolloutEngines needs at least one engine")
+        self.engines = engines
+
+    @classmethod
+    def from_config(cls, config: Config, model_dir: str) -> RolloutEngines:
+        rollout = config.explorer.rollout_model
+        if rollout.engine_num < 1:
+            raise ValueError(
+                f"explorer.rollout_model.engine_num must be >= 1, got {rollout.engine_num}"
+            )
+        base_seed = rollout.seed if rollout.seed is not None else config.seed
+
+        def args(i: int) -> dict[str, Any]:
+            # each replica its own seed, so replicas do not repeat each other's samples
+            return {
+                "model_path": str(model_dir),
+                "dtype": rollout.dtype or config.model.dtype,
+                "max_model_len": rollout.max_model_len or config.model.max_model_len,
+                "seed": base_seed + i,
+            }
+
+        engines: list[TransformersEngine | EngineClient] = [TransformersEngine(**args(0))]
+        for i in range(1, rollout.engine_num):
+            engines.append(_remote_engine(config, args(i), str(model_dir)))
+        return cls(engines)
+
+    @property
+    def model_version(self) -> int:
+        return self.engines[0].model_version
+
+    def load_state_dict(self, state_dict: dict[str, Any], version: int) -> None:
+        """Load ``state_dict`` into every engine; remote ones fetch one shared copy."""
+        remote = [e for e in self.engines if isinstance(e, EngineClient)]
+        shared: Any = state_dict
+        if remote:
+            import ray
+
+            shared = ray.put(state_dict)
+            refs = [e.handle.load_state_dict.remote(shared, version) for e in remote]
+        for engine in self.engines:
+            if not isinstance(engine, EngineClient):
+                engine.load_state_dict(state_dict, version)
+        if remote:
+            ray.get(refs)
+            for engine in remote:
+                engine.model_version = version
+
+    def close(self) -> None:
+        for engine in self.engines:
+            engine.close()
+
+
+def _remote_engine(
+    config: Config, engine_args: dict[str, Any], model_dir: str
+) -> TransformersEngine | EngineClient:
+    """An engine in its own Ray actor, or in this process when Ray is not running."""
+    import ray
+
+    if not ray.is_initialized():
+        return TransformersEngine(**engine_args)
+    from trinity.utils.resources import ENGINE_CPUS
+
+    explorer = config.explorer
+    handle = (
+        ray.remote(EngineActor)
+        .options(
+            num_cpus=ENGINE_CPUS,
+            max_concurrency=explorer.runner_per_model + _SPARE_CALLS,
+            runtime_env={"env_vars": {str(k): str(v) for k, v in explorer.env_vars.items()}},
+        )
+        .remote(engine_args, explorer.env_vars)
+    )
+    return EngineClient(handle, model_dir)
