@@ -4,6 +4,8 @@
     trinity run --config FILE --dry-run                           # validate, show the plan
     trinity run --config FILE algorithm.optimizer.lr=1e-5         # dotted overrides
     trinity convert --checkpoint-dir CHECKPOINT_JOB_DIR           # to Hugging Face format
+    trinity debug --config FILE --module inference_model          # serve the model (OpenAI API)
+    trinity debug --config FILE --module workflow --output-file F # run the workflow on a few tasks
 
 Configuration mistakes are reported on one line naming the key, exit code 2.
 """
@@ -118,10 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     convert.set_defaults(func=_cmd_convert)
 
+    from trinity.cli.debug import add_debug_parser
     from trinity.cli.log import add_log_parser
     from trinity.cli.studio import add_studio_parser
     from trinity.cli.view import add_view_parser
 
+    add_debug_parser(sub)
     add_studio_parser(sub)
     add_log_parser(sub)
     add_view_parser(sub)
