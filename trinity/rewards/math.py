@@ -13,13 +13,13 @@ from __future__ import annotations
 import logging
 import re
 
+from trinity.rewards.format import has_think_answer_format
 from trinity.rewards.registry import REWARD_FNS
 
 # without its SIGALRM timeouts math-verify warns on every call; the runner bounds time
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 
 _GSM8K_ANSWER = re.compile(r"####\s*(.+?)\s*$", re.DOTALL)
-_THINK_ANSWER = re.compile(r"^\s*<think>.*?</think>\s*<answer>.*?</answer>\s*$", re.DOTALL)
 
 
 def reference_answer(truth: object) -> str:
@@ -29,7 +29,6 @@ def reference_answer(truth: object) -> str:
     return (match.group(1) if match else text).replace(",", "").strip()
 
 
-_BOXED = re.compile(r"\\boxed\{((?:[^{}]|\{[^{}]*\})*)\}")
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:/\d+)?")
 
 
@@ -39,18 +38,35 @@ def final_answer(response: str) -> str | None:
     Only a stated value counts: an expression such as "9 + 7" restating the question is
     not an answer, so a policy cannot earn reward by echoing the task.
     """
-    boxed = _BOXED.findall(response)
-    if boxed:
-        return boxed[-1].strip()
+    boxed = boxed_answer(response)
+    if boxed is not None:
+        return boxed
     numbers = _NUMBER.findall(response.replace(",", ""))
     return numbers[-1] if numbers else None
 
 
+def boxed_answer(response: str) -> str | None:
+    """The content of the response's last complete ``\\boxed{}`` (braces may nest)."""
+    start = response.rfind("\\boxed{")
+    while start != -1:
+        depth, begin = 0, start + len("\\boxed{")
+        for i in range(begin, len(response)):
+            depth += {"{": 1, "}": -1}.get(response[i], 0)
+            if depth < 0:
+                return response[begin:i].strip()
+        start = response.rfind("\\boxed{", 0, start)  # unclosed: try an earlier one
+    return None
+
+
 def answers_match(response: str, truth: object) -> bool:
     """True when the final answer stated in ``response`` equals the reference answer."""
+    return equivalent(final_answer(response), truth)
+
+
+def equivalent(answer: str | None, truth: object) -> bool:
+    """True when ``answer`` is mathematically equal to the reference (math-verify)."""
     from math_verify import parse, verify  # heavy import, only when rewards are computed
 
-    answer = final_answer(response)
     if answer is None:
         return False
     # math-verify's own timeouts use SIGALRM, which only works in the main thread;
@@ -74,5 +90,14 @@ def math_reward(response: str, truth: object) -> dict[str, float]:
 @REWARD_FNS.register("math_format_reward")
 def math_format_reward(response: str, truth: object) -> dict[str, float]:
     """Accuracy plus a format bonus for ``<think>...</think><answer>...</answer>``."""
-    fmt = 0.1 if _THINK_ANSWER.match(response) else -0.1
+    fmt = 0.1 if has_think_answer_format(response) else -0.1
     return {"accuracy": float(answers_match(response, truth)), "format": fmt}
+
+
+@REWARD_FNS.register("math_boxed_reward")
+def math_boxed_reward(response: str, truth: object) -> dict[str, float]:
+    """1.0 when the response's last ``\\boxed{}`` equals the reference, else 0.0.
+
+    Unlike ``math_reward`` a bare number does not count: the answer must be boxed.
+    """
+    return {"accuracy": float(equivalent(boxed_answer(response), truth))}
