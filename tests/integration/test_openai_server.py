@@ -251,3 +251,24 @@ def test_wrapper_client_records_history(engine):
         ]
     finally:
         model.close()
+
+
+def test_http_engine_gives_the_same_experiences_as_the_local_engine(
+    server, model, engine, tiny_model_dir
+):
+    from trinity.models.remote import HttpEngine, RemoteModelError
+
+    remote = ModelWrapper(HttpEngine(server.base_url, NAME, str(tiny_model_dir), api_key=KEY))
+    assert remote.engine.max_model_len == engine.max_model_len
+    messages = [{"role": "user", "content": "Name a colour."}]
+    [here] = model.chat(messages, max_tokens=6, temperature=1.0, seed=3)
+    [there] = remote.chat(messages, max_tokens=6, temperature=1.0, seed=3)
+    assert torch.equal(there.tokens, here.tokens)
+    assert torch.allclose(there.logprobs, here.logprobs)
+    assert there.info["finish_reason"] == here.info["finish_reason"]
+    pair = remote.generate([[1, 2, 3], [4, 5]], n=2, max_tokens=3)
+    assert [e.tokens[: e.prompt_length].tolist() for e in pair] == [[1, 2, 3]] * 2 + [[4, 5]] * 2
+    with pytest.raises(RemoteModelError, match="tiny-policy"):
+        HttpEngine(server.base_url, "other", str(tiny_model_dir), api_key=KEY)
+    with pytest.raises(RemoteModelError, match="401"):
+        HttpEngine(server.base_url, NAME, str(tiny_model_dir))

@@ -121,7 +121,8 @@ def serve_inference_model(config: Config, stop: threading.Event | None = None) -
     try:
         served: dict[str, Any] = {"pid": os.getpid(), "models": {}}
         for role, cfg in roles.items():
-            model = _local_model(config, cfg)
+            # history is kept by the workflow process's wrappers, never here (it would only grow)
+            model = _local_model(config, cfg, history=False)
             models.append(model)
             try:
                 server = OpenAIServer(
@@ -305,7 +306,7 @@ def _model_configs(config: Config) -> dict[str, InferenceModelConfig]:
     return roles
 
 
-def _local_model(config: Config, cfg: InferenceModelConfig) -> ModelWrapper:
+def _local_model(config: Config, cfg: InferenceModelConfig, history: bool = True) -> ModelWrapper:
     from trinity.models.engine import TransformersEngine
     from trinity.models.resolve import resolve_model_path
 
@@ -315,10 +316,12 @@ def _local_model(config: Config, cfg: InferenceModelConfig) -> ModelWrapper:
         max_model_len=cfg.max_model_len,
         seed=cfg.seed if cfg.seed is not None else config.seed,
     )
-    return _wrap(config, cfg, engine)
+    return _wrap(config, cfg, engine, history)
 
 
-def _wrap(config: Config, cfg: InferenceModelConfig, engine: Any) -> ModelWrapper:
+def _wrap(
+    config: Config, cfg: InferenceModelConfig, engine: Any, history: bool = True
+) -> ModelWrapper:
     from trinity.models.wrapper import ModelWrapper
 
     return ModelWrapper(
@@ -327,6 +330,6 @@ def _wrap(config: Config, cfg: InferenceModelConfig, engine: Any) -> ModelWrappe
         max_response_tokens=cfg.max_response_tokens,
         min_response_tokens=config.model.min_response_tokens,
         enable_prompt_truncation=config.model.enable_prompt_truncation,
-        enable_history=cfg.enable_history,
+        enable_history=history and cfg.enable_history,
         name=cfg.model_path,
     )
