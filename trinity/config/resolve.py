@@ -56,7 +56,8 @@ def resolve(cfg: Config, *, now: datetime) -> Config:
 def resolve_run(cfg: Config, *, now: datetime, rename: bool) -> Config:
     """``resolve`` without remembering the source; ``rename=False`` keeps ``name`` as is."""
     out = copy.deepcopy(cfg)
-    if rename and not out.continue_from_checkpoint:
+    # bench evaluates the checkpoints of the run it names, so it never starts a fresh one
+    if rename and not out.continue_from_checkpoint and out.mode != "bench":
         out.name = timestamped(out.name, now)
     if out.ray_namespace is None:
         out.ray_namespace = f"{out.project}/{out.name}"

@@ -130,6 +130,53 @@ def start_from(config: Config, model_dir: str) -> Config:
     return replace(config, model=model, explorer=replace(config.explorer, rollout_model=rollout))
 
 
+def run_bench(config: Config) -> dict[str, Any]:
+    """Mode bench: evaluate the base model and the run's checkpoints, in this process.
+
+    One metric row per evaluated model goes to the monitor run ``<name>_bench`` (see
+    ``trinity.explorer.bench``). Ray is started only when extra engines need actors.
+    """
+    from trinity.config import to_dict
+    from trinity.explorer.bench import Bench
+    from trinity.models.resolve import resolve_model_path
+    from trinity.monitor import make_monitor
+
+    job_dir = get_job_dir(config)
+    if not job_dir.is_dir():
+        raise RunError(
+            f"mode bench evaluates the checkpoints in {job_dir}, which does not exist; "
+            "set checkpoint_root_dir, project and name to those of the run to evaluate"
+        )
+    (job_dir / "log").mkdir(exist_ok=True)
+    model_dir = str(resolve_model_path(config.model.model_path))
+    if config.explorer.rollout_model.engine_num > 1:
+        from trinity.launch.cluster import connect
+
+        connect(config.cluster.ray_address, config.ray_namespace)
+    monitor = make_monitor(
+        config.monitor.monitor_type,
+        project=config.project,
+        name=config.name,
+        role="bench",
+        job_dir=job_dir,
+        monitor_args=config.monitor.monitor_args,
+        config_dict=to_dict(config),
+    )
+    try:
+        bench = Bench(config, job_dir, model_dir, monitor)
+        try:
+            rows = bench.run()
+        finally:
+            bench.close()
+    finally:
+        monitor.close()
+    for step, metrics in rows.items():
+        accuracy = _eval_accuracy(metrics)
+        shown = f"{accuracy:.3f}" if accuracy is not None else "n/a"
+        print(f"[trinity] bench step {step}: eval accuracy {shown}", file=sys.stderr)
+    return {"job_dir": str(job_dir), "bench_steps": list(rows), "bench": rows}
+
+
 def run_stage(
     config: Config, plugin_dirs: Sequence[str] = (), *, export_final: bool = False
 ) -> dict[str, Any]:
@@ -144,6 +191,8 @@ def run_stage(
     from trinity.trainer.train_input import trains_on_dataset
 
     mode = config.mode
+    if mode == "bench":
+        return run_bench(config)
     if mode not in ("both", "train", "explore"):
         raise RunError(
             f"mode '{mode}' cannot run yet: this version runs modes both, train and explore"

@@ -17,7 +17,7 @@ from typing import Any
 
 from trinity.utils.log import get_logger
 
-ROLES = ("explorer", "trainer")
+ROLES = ("explorer", "trainer", "bench")  # bench: mode bench, one row per evaluated checkpoint
 
 logger = get_logger(__name__)
 
