@@ -143,12 +143,9 @@ def _train_lines(cfg: Config, ranks: int) -> list[str]:
 
 
 def _trainer_ranks(cfg: Config, on_cpu: bool) -> int:
-    if on_cpu:
-        return cfg.cluster.node_num  # one trainer process per node on CPU
-    total = cfg.cluster.node_num * cfg.cluster.gpu_per_node
-    if cfg.mode == "train":
-        return total
-    return max(1, total - _explorer_gpus(cfg))
+    from trinity.config.trainer_ranks import trainer_layout
+
+    return trainer_layout(cfg, on_gpu=not on_cpu).world_size
 
 
 def _explorer_gpus(cfg: Config) -> int:
@@ -196,7 +193,9 @@ def _cpu_lines(cfg: Config, ranks: int, cpus: int) -> list[str]:
         )
     if cfg.mode in ("both", "train"):
         compute += ranks
-        lines.append(f"trainer processes: {ranks} (one per node)")
+        lines.append(
+            f"trainer processes: {ranks} (trainer.trainer_config.trainer.nnodes x n_gpus_per_node)"
+        )
     from trinity.utils.resources import EXPLORER_CPUS, SERVICE_CPUS, TRAINER_CPUS
 
     lines.append(

@@ -14,6 +14,7 @@ from trinity.config.algorithm_defaults import NONE, PART_NAMES, defaults_for
 from trinity.config.convert import build, to_plain
 from trinity.config.errors import ConfigError, closest
 from trinity.config.resolve import check_trainer_config_source
+from trinity.config.trainer_ranks import check_trainer_ranks
 from trinity.config.schema import (
     LOG_LEVELS,
     Config,
@@ -361,6 +362,7 @@ def _check_synchronizer(cfg: Config) -> None:
 def _check_trainer(cfg: Config) -> None:
     trainer = cfg.trainer
     check_trainer_config_source(trainer)
+    check_trainer_ranks(cfg)
     _at_least("trainer.save_interval", trainer.save_interval, 0, " (0: save only at the end)")
     _at_least("trainer.total_steps", trainer.total_steps, 1)
     _positive("trainer.grad_clip", trainer.grad_clip)

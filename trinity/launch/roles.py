@@ -190,9 +190,13 @@ class TrainerRole:
         total_steps: int,
         plugin_dirs: Sequence[str] = (),
         critic_model_dir: str | None = None,
+        workers: Sequence[Any] = (),
     ) -> None:
+        """``workers``: the ``TrainerRank`` actors of ranks 1..N-1 (data parallelism);
+        this actor is rank 0 and starts every collective step on all ranks."""
         _setup_torch()
         load_plugins(plugin_dirs)
+        from trinity.launch.trainer_group import build_rank0
         from trinity.trainer.train_input import TrainInput
         from trinity.trainer.trainer import Trainer
 
@@ -202,16 +206,25 @@ class TrainerRole:
         self.sync = synchronizer
         self.logger = _logger(config, self.job_dir, config.trainer.name)
         self.monitor = _monitor(config, self.job_dir, "trainer")
-        self.trainer = Trainer(
+        self.trainer = build_rank0(
             config,
-            model_dir=model_dir,
-            total_steps=total_steps,
-            logger=self.logger,
-            critic_model_dir=critic_model_dir,
+            workers,
+            lambda rank_info: Trainer(
+                config,
+                model_dir=model_dir,
+                total_steps=total_steps,
+                logger=self.logger,
+                critic_model_dir=critic_model_dir,
+                rank_info=rank_info,
+            ),
         )
         self.input = TrainInput(
             config, self.trainer.tokenizer, self._read_buffer if buffer is not None else None
         )
+
+    def shutdown_ranks(self) -> None:
+        """Leave the data-parallel process group together with the other ranks."""
+        self.trainer.shutdown()
 
     def _read_buffer(self, n: int) -> list:
         timeout = self.config.buffer.trainer_input.experience_buffer.max_read_timeout

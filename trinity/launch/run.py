@@ -26,7 +26,7 @@ from typing import Any
 
 from trinity.config import Config, expand_stages, to_yaml
 from trinity.config import job_dir as get_job_dir
-from trinity.utils.resources import EXPLORER_CPUS, SERVICE_CPUS, TRAINER_CPUS
+from trinity.utils.resources import EXPLORER_CPUS, SERVICE_CPUS
 
 logger = logging.getLogger("trinity.launch")
 
@@ -186,11 +186,13 @@ def run_stage(
 
     from trinity.launch.cluster import connect
     from trinity.launch.roles import ExplorerRole, TrainerRole
+    from trinity.launch.trainer_group import start_trainer, write_placement
     from trinity.models.resolve import resolve_model_path
     from trinity.sync.synchronizer import Synchronizer
     from trinity.trainer.train_input import trains_on_dataset
 
     mode = config.mode
+    trainer_actors = None
     if mode == "bench":
         return run_bench(config)
     if mode not in ("both", "train", "explore"):
@@ -244,25 +246,24 @@ def run_stage(
         actors.append(explorer)
         refs["explorer"] = explorer.run.remote(total_steps)
     if mode in ("both", "train"):
-        trainer = (
-            ray.remote(TrainerRole)
-            .options(num_cpus=TRAINER_CPUS, max_concurrency=2, name=config.trainer.name)
-            .remote(
-                config,
-                str(job_dir),
-                model_dir,
-                buffer,
-                synchronizer,
-                total_steps,
-                plugin_dirs,
-                critic_dir,
-            )
+        trainer_actors = start_trainer(
+            config,
+            TrainerRole,
+            (config, str(job_dir), model_dir, buffer, synchronizer, total_steps, plugin_dirs, critic_dir),
+            job_dir=str(job_dir),
+            model_dir=model_dir,
+            total_steps=total_steps,
+            plugin_dirs=plugin_dirs,
         )
-        actors.append(trainer)
+        trainer = trainer_actors.lead
+        actors.extend(trainer_actors.ranks)
         refs["trainer"] = trainer.run.remote(total_steps, export_hf=export_final)
+    write_placement(job_dir, explorer, trainer_actors)
     results = _follow(
         refs, synchronizer, total_steps, "trainer" if "trainer" in refs else "explorer"
     )
+    if trainer_actors is not None:
+        trainer_actors.shutdown()
     if explorer is not None:
         ray.get(explorer.close.remote())
     if config.monitor.enable_ray_timeline:
@@ -272,8 +273,9 @@ def run_stage(
     for actor in reversed(actors):
         ray.kill(actor)
     # the next stage names its actors the same way; a name is free once its actor is gone
+    rank_names = trainer_actors.release() if trainer_actors is not None else []
     _wait_until_released(
-        [config.explorer.name, config.trainer.name, _experience_buffer_name(config)]
+        [config.explorer.name, config.trainer.name, _experience_buffer_name(config), *rank_names]
     )
     return _summarise(config, job_dir, results, model_dir)
 

@@ -86,37 +86,78 @@ def save_actor_checkpoint(
     optim_state: dict[str, Any] | None,
     extra_state: dict[str, Any] | None,
     hf_save: Any | None = None,
-    world_size: int = 1,
-    rank: int = 0,
     pointer: str = LATEST_CHECKPOINT,
 ) -> Path:
-    """Write ``global_step_<step>/actor`` atomically and move ``pointer`` to ``step``.
+    """Write a one-rank ``global_step_<step>/actor`` atomically and move ``pointer`` to ``step``.
 
     ``hf_save(dir)`` writes the Hugging Face config and tokenizer into ``huggingface/``.
     """
-    job_dir = Path(job_dir)
-    final = step_dir(job_dir, step) / "actor"
-    job_dir.mkdir(parents=True, exist_ok=True)
-    tmp_root = Path(tempfile.mkdtemp(dir=job_dir, prefix=f".global_step_{step}."))
+    staging = begin_checkpoint(job_dir, step)
     try:
-        actor = tmp_root / "actor"
-        actor.mkdir()
-        torch.save(model_state, actor / shard_name("model", world_size, rank))
-        if optim_state is not None:
-            torch.save(optim_state, actor / shard_name("optim", world_size, rank))
-        if extra_state is not None:
-            torch.save(extra_state, actor / shard_name("extra_state", world_size, rank))
-        (actor / "fsdp_config.json").write_text(json.dumps({"world_size": world_size}))
-        if hf_save is not None:
-            hf_save(actor / "huggingface")
-        if final.exists():  # a weights-only save of the same step is superseded
-            shutil.rmtree(final)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(actor, final)
+        write_rank_shards(staging, 1, 0, model_state, optim_state, extra_state)
+        return commit_checkpoint(job_dir, step, staging, 1, hf_save=hf_save, pointer=pointer)
     finally:
-        shutil.rmtree(tmp_root, ignore_errors=True)
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def begin_checkpoint(job_dir: Path, step: int) -> Path:
+    """A fresh temporary sibling of ``global_step_<step>`` that the ranks write into."""
+    job_dir = Path(job_dir)
+    job_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=job_dir, prefix=f".global_step_{step}."))
+    (staging / "actor").mkdir()
+    return staging
+
+
+def write_rank_shards(
+    staging: Path,
+    world_size: int,
+    rank: int,
+    model_state: dict[str, torch.Tensor],
+    optim_state: dict[str, Any] | None,
+    extra_state: dict[str, Any] | None,
+) -> None:
+    """Rank ``rank``'s model, optimizer and extra state files (plain tensors only)."""
+    actor = Path(staging) / "actor"
+    torch.save(model_state, actor / shard_name("model", world_size, rank))
+    if optim_state is not None:
+        torch.save(optim_state, actor / shard_name("optim", world_size, rank))
+    if extra_state is not None:
+        torch.save(extra_state, actor / shard_name("extra_state", world_size, rank))
+
+
+def commit_checkpoint(
+    job_dir: Path,
+    step: int,
+    staging: Path,
+    world_size: int,
+    *,
+    hf_save: Any | None = None,
+    pointer: str = LATEST_CHECKPOINT,
+) -> Path:
+    """Once every rank has written its files: rename ``staging`` into place, move ``pointer``."""
+    job_dir = Path(job_dir)
+    actor = Path(staging) / "actor"
+    missing = [r for r in range(world_size) if not (actor / shard_name("model", world_size, r)).exists()]
+    if missing:
+        raise FileNotFoundError(f"ranks {missing} wrote no model file into {actor}")
+    (actor / "fsdp_config.json").write_text(json.dumps({"world_size": world_size}))
+    if hf_save is not None:
+        hf_save(actor / "huggingface")
+    final = step_dir(job_dir, step) / "actor"
+    if final.exists():  # a weights-only save of the same step is superseded
+        shutil.rmtree(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(actor, final)
+    shutil.rmtree(staging, ignore_errors=True)
     write_text_atomic(job_dir / pointer, str(step))
     return final
+
+
+def checkpoint_world_size(job_dir: Path, step: int) -> int:
+    """The number of trainer ranks that wrote ``global_step_<step>``."""
+    config = read_json(step_dir(job_dir, step) / "actor" / "fsdp_config.json")
+    return int(config["world_size"]) if config else 1
 
 
 def prune_checkpoints(job_dir: Path, keep: int | None) -> list[int]:

@@ -32,7 +32,7 @@ from trinity.algorithm.loss_agg import LossNormalizer
 from trinity.config import Config
 from trinity.config.algorithm_defaults import NONE
 from trinity.trainer import checkpoint as ckpt
-from trinity.trainer import lora
+from trinity.trainer import distributed, lora
 from trinity.trainer.actor import forward_logprobs
 from trinity.trainer.batch import TrainBatch, collate
 from trinity.trainer.critic import Critic, enable_checkpointing
@@ -96,13 +96,18 @@ class Trainer:
         total_steps: int,
         logger: logging.Logger | None = None,
         critic_model_dir: str | Path | None = None,
+        rank_info: distributed.RankInfo | None = None,
     ) -> None:
+        """``rank_info``: this process's rank in a data-parallel trainer whose process
+        group is already initialised (``trinity.trainer.distributed``); None: one rank."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.config = config
         self.logger = logger or logging.getLogger("trinity.trainer")
         self.model_dir = Path(model_dir)
         self.total_steps = total_steps
+        self.rank = rank_info.rank if rank_info else 0
+        self.world_size = rank_info.world_size if rank_info else 1
         algo = config.algorithm
         tc = config.trainer.trainer_config
         actor_cfg = tc.actor_rollout_ref.actor
@@ -159,6 +164,10 @@ class Trainer:
             )
         self.critic_warmup = int(tc.trainer.critic_warmup)
 
+        if self.world_size > 1:
+            if self.critic is not None or self.lora is not None:
+                raise TrainerSetupError("a critic or LoRA needs a one-rank trainer")
+            distributed.shard_model(self.model)
         opt = algo.optimizer
         self.optimizer, self.scheduler = build_optimizer(
             [p for p in self.model.parameters() if p.requires_grad],
@@ -225,12 +234,7 @@ class Trainer:
         batch = collate(experiences, self.pad_token_id)
         metrics: dict[str, float] = {}
         if self.ref_model is not None:
-            batch.ref_logprobs, _ = forward_logprobs(
-                self.ref_model,
-                batch,
-                temperature=self.temperature,
-                compute_dtype=self.compute_dtype,
-            )
+            batch.ref_logprobs = self._ref_logprobs(batch)
         if self.critic is not None:
             batch.values = self.critic.values(batch)
         if self.advantage_fn is None:
@@ -289,18 +293,22 @@ class Trainer:
                 batch.action_mask[batch.is_expert], self.max_response_tokens
             )
         totals: dict[str, tuple[float, int]] = {}
-        for micro in batch.split(self.micro_batch_size):
-            for k, v in self._micro_step(micro, normalizer, expert_normalizer).items():
+        micros = distributed.micro_batches(batch, self.micro_batch_size, self.rank, self.world_size)
+        for micro, padding in micros:
+            metrics = self._micro_step(micro, normalizer, expert_normalizer, padding)
+            for k, v in metrics.items() if not padding else ():
                 total, count = totals.get(k, (0.0, 0))
                 totals[k] = (total + v, count + 1)
-        return totals
+        return distributed.gather_metrics(totals) if self.world_size > 1 else totals
 
     def _micro_step(
         self,
         micro: TrainBatch,
         normalizer: LossNormalizer,
         expert_normalizer: LossNormalizer | None,
+        padding: bool = False,
     ) -> dict[str, float]:
+        """``padding``: a data-parallel filler micro-batch; its gradient is multiplied by 0."""
         logprobs, entropy = forward_logprobs(
             self.model,
             micro,
@@ -340,7 +348,9 @@ class Trainer:
                 metrics["entropy"] = float(
                     (entropy.detach() * mask).sum() / mask.sum().clamp(min=1)
                 )
-        loss.backward()
+        # FSDP averages gradients over the ranks, but each rank's loss is already its
+        # share of the whole batch's: times world_size makes the average the sum
+        (loss * (0.0 if padding else float(self.world_size))).backward()
         metrics["loss"] = float(loss.detach())
         return metrics
 
@@ -349,6 +359,8 @@ class Trainer:
         norm = torch.nn.utils.clip_grad_norm_(
             params, self.grad_clip if self.grad_clip > 0 else float("inf")
         )
+        if self.world_size > 1:
+            norm = norm.full_tensor()  # the norm over every rank's shard
         if torch.isfinite(norm):
             self.optimizer.step()
         else:
@@ -380,9 +392,10 @@ class Trainer:
         with LoRA the adapter's tensors only."""
         if self.lora is not None:
             return lora.adapter_state_dict(self.model)
-        return {
-            k: v.detach().to(self.compute_dtype).clone() for k, v in self.model.state_dict().items()
-        }
+        state = (
+            distributed.full_state_dict(self.model) if self.world_size > 1 else self.model.state_dict()
+        )
+        return {k: v.detach().to(self.compute_dtype).clone() for k, v in state.items()}
 
     def export_hf(self, job_dir: Path, step: int) -> Path:
         """Write the policy as a Hugging Face model into ``global_step_<step>/actor/huggingface``.
@@ -391,6 +404,12 @@ class Trainer:
         convert`` skips a step that already has it.
         """
         directory = ckpt.step_dir(job_dir, step) / "actor" / "huggingface"
+        if self.world_size > 1:
+            state = distributed.full_state_dict(self.model)  # every rank takes part
+            if self.rank == 0:
+                self._save_hf_config(directory)
+                self.model.save_pretrained(directory, state_dict=state, safe_serialization=True)
+            return directory
         self._save_hf_config(directory)
         if self.lora is not None:
             lora.export_merged(self.model, directory)
@@ -401,12 +420,11 @@ class Trainer:
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self, job_dir: Path, step: int, keep: int | None = None) -> Path:
-        extra = {
-            "global_step": step,
-            "lr_scheduler": self.scheduler.state_dict(),
-            "torch_rng": torch.get_rng_state(),
-            "python_rng": list(random.getstate()[1]),
-        }
+        """Model, optimizer and extra state of ``step``; with several ranks every rank
+        calls this and writes its own shard files."""
+        if self.world_size > 1:
+            return self._save_sharded_checkpoint(Path(job_dir), step, keep)
+        extra = self._rank_extra_state(step)
         if self.critic is not None:
             # before the actor: the actor's save moves the "latest" pointer
             self.critic.save(job_dir, step)
@@ -424,11 +442,15 @@ class Trainer:
         return path
 
     def save_state_dict(self, job_dir: Path, step: int) -> Path:
-        """Weights only, for checkpoint-based synchronisation."""
+        """Weights only, for checkpoint-based synchronisation: the full state in one
+        file (``model_world_size_1_rank_0.pt``) however many ranks train."""
+        weights = self.weights_for_sync()
+        if self.rank > 0:
+            return ckpt.step_dir(job_dir, step) / "actor"
         return ckpt.save_actor_checkpoint(
             job_dir,
             step,
-            model_state=self.weights_for_sync(),
+            model_state=weights,
             optim_state=None,
             extra_state=None,
             pointer=ckpt.LATEST_STATE_DICT,
@@ -439,6 +461,8 @@ class Trainer:
         step = ckpt.read_latest(job_dir)
         if not step:
             return 0
+        if self.world_size > 1:
+            return self._load_sharded_checkpoint(Path(job_dir), step)
         state = ckpt.load_actor_shard(job_dir, step, "model")
         if self.lora is not None:
             lora.load_adapter_state(self.model, state)
@@ -454,6 +478,79 @@ class Trainer:
             self.critic.load(job_dir, step)
         self.global_step = int(extra["global_step"])
         self.logger.info("resumed trainer from step %d", step)
+        return self.global_step
+
+    # ------------------------------------------------------------------ data parallel
+    def _ref_logprobs(self, batch: TrainBatch) -> torch.Tensor:
+        """(B, R) reference log-probs; with several ranks each computes its own rows."""
+        rows = distributed.rank_rows(batch.size, self.rank, self.world_size)
+        part = batch if self.world_size == 1 else batch.select(rows)
+        local = batch.old_logprobs[rows]
+        if part.size:
+            local, _ = forward_logprobs(
+                self.ref_model, part, temperature=self.temperature, compute_dtype=self.compute_dtype
+            )
+        if self.world_size == 1:
+            return local
+        return distributed.all_reduce_rows(batch.old_logprobs, rows, local)
+
+    def _rank_extra_state(self, step: int) -> dict[str, Any]:
+        return {
+            "global_step": step,
+            "lr_scheduler": self.scheduler.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "python_rng": list(random.getstate()[1]),
+        }
+
+    def _save_sharded_checkpoint(self, job_dir: Path, step: int, keep: int | None) -> Path:
+        """Rank 0 opens a staging directory, every rank writes its shards into it, and
+        rank 0 renames it into place once all have (a shared filesystem is assumed)."""
+        import torch.distributed as dist
+
+        holder = [ckpt.begin_checkpoint(job_dir, step) if self.rank == 0 else None]
+        dist.broadcast_object_list(holder, src=0)
+        staging = Path(holder[0])
+        ckpt.write_rank_shards(
+            staging,
+            self.world_size,
+            self.rank,
+            distributed.to_local(self.model.state_dict()),
+            distributed.to_local(self.optimizer.state_dict()),
+            self._rank_extra_state(step),
+        )
+        dist.barrier()
+        path = ckpt.step_dir(job_dir, step) / "actor"
+        if self.rank == 0:
+            ckpt.commit_checkpoint(
+                job_dir, step, staging, self.world_size, hf_save=self._save_hf_config
+            )
+            ckpt.write_json_atomic(job_dir / "trainer_meta.json", {"latest_iteration": step})
+            ckpt.prune_checkpoints(job_dir, keep)
+            self.logger.info("saved checkpoint %s (%d ranks)", path, self.world_size)
+        dist.barrier()  # the checkpoint is complete when any rank returns
+        return path
+
+    def _load_sharded_checkpoint(self, job_dir: Path, step: int) -> int:
+        saved = ckpt.checkpoint_world_size(job_dir, step)
+        if saved != self.world_size:
+            raise TrainerSetupError(
+                f"checkpoint {ckpt.step_dir(job_dir, step)} was written by {saved} trainer rank(s); "
+                f"resume it with {saved} (this trainer has {self.world_size}) or start from its "
+                "Hugging Face export (trinity convert)"
+            )
+
+        def shard(kind: str):
+            return ckpt.load_actor_shard(job_dir, step, kind, self.world_size, self.rank)
+
+        distributed.load_local_model_state(self.model, shard("model"))
+        distributed.load_local_optimizer_state(self.optimizer, self.model, shard("optim"))
+        extra = shard("extra_state")
+        self.scheduler.load_state_dict(extra["lr_scheduler"])
+        torch.set_rng_state(extra["torch_rng"])
+        state = random.getstate()
+        random.setstate((state[0], tuple(extra["python_rng"]), state[2]))
+        self.global_step = int(extra["global_step"])
+        self.logger.info("resumed trainer rank %d from step %d", self.rank, step)
         return self.global_step
 
     def _model_state(self) -> dict[str, torch.Tensor]:

@@ -216,6 +216,13 @@ class VerlLoopConfig:
     )
     resume_from_path: str = setting("", "checkpoint directory used when resume_mode is resume_path")
     critic_warmup: int = setting(0, "steps that train only the critic before the policy is updated")
+    nnodes: int | None = setting(
+        None, "nodes the trainer ranks run on; unset: from cluster (1 on CPU)"
+    )
+    n_gpus_per_node: int | None = setting(
+        None,
+        "trainer ranks on each node (GPUs on a GPU cluster, processes on CPU); unset: from cluster (1 on CPU)",
+    )
     default_hdfs_dir: str | None = setting(None, "remote directory checkpoints are copied to")
     remove_previous_ckpt_in_save: bool = setting(
         False, "delete the previous checkpoint after saving a new one"

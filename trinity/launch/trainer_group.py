@@ -1,0 +1,240 @@
+"""The trainer's ranks on Ray: rank 0 drives, ranks 1..N-1 follow.
+
+Rank 0 is the ``TrainerRole`` actor: it reads each batch, reports metrics, publishes
+weights and decides when to save, exactly as a one-rank trainer does. Ranks 1..N-1 are
+``TrainerRank`` actors. Every step that runs a collective (train, gather weights,
+save, export, resume) is started on all ranks at once by ``TrainerGroup``, rank 0's
+view of the group; every rank gets the whole batch (``trinity.trainer.distributed``
+explains the split).
+
+Placement: one placement-group bundle per trainer node (``nnodes`` of them, on
+different nodes), each holding that node's ``n_gpus_per_node`` ranks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from trinity.config import Config
+from trinity.config.trainer_ranks import RankLayout, check_data_parallel, trainer_layout
+from trinity.trainer.distributed import RankInfo
+from trinity.utils.resources import TRAINER_CPUS
+
+
+class PlacementError(RuntimeError):
+    """The cluster cannot hold the trainer's ranks."""
+
+
+class TrainerRank:
+    """Trainer rank ``r`` > 0: a Trainer that rank 0 calls for every collective step."""
+
+    def __init__(
+        self,
+        config: Config,
+        job_dir: str,
+        model_dir: str,
+        total_steps: int,
+        plugin_dirs: Sequence[str] = (),
+    ) -> None:
+        self.spec = (config, Path(job_dir), model_dir, total_steps, list(plugin_dirs))
+        self.trainer = None
+
+    def setup(self, info: RankInfo) -> None:
+        """Join the process group, then build this rank's Trainer (its model shard)."""
+        from trinity.launch.roles import _logger, _setup_torch
+        from trinity.launch.run import load_plugins
+        from trinity.trainer import distributed
+        from trinity.trainer.trainer import Trainer
+
+        config, job_dir, model_dir, total_steps, plugin_dirs = self.spec
+        _setup_torch()
+        load_plugins(plugin_dirs)
+        logger = _logger(config, job_dir, f"{config.trainer.name}_rank_{info.rank}")
+        distributed.init_process_group(info)
+        self.trainer = Trainer(
+            config, model_dir=model_dir, total_steps=total_steps, logger=logger, rank_info=info
+        )
+        logger.info("trainer rank %d of %d ready", info.rank, info.world_size)
+
+    def call(self, method: str, *args: Any) -> None:
+        """Run ``Trainer.<method>(*args)`` alongside rank 0; rank 0 keeps the results."""
+        getattr(self.trainer, method)(*args)
+
+    def shutdown(self) -> None:
+        from trinity.trainer import distributed
+
+        distributed.shutdown()
+
+
+class TrainerGroup:
+    """Rank 0's Trainer and the other ranks' actors: the collective methods of
+    ``Trainer`` run on every rank, everything else is rank 0's."""
+
+    def __init__(self, trainer, workers: Sequence[Any]) -> None:
+        self.trainer = trainer
+        self.workers = list(workers)
+
+    def __getattr__(self, name: str) -> Any:  # tokenizer, global_step, logger, ...
+        return getattr(self.trainer, name)
+
+    def _on_all_ranks(self, method: str, *args: Any) -> Any:
+        refs = [w.call.remote(method, *args) for w in self.workers]
+        result = getattr(self.trainer, method)(*args)
+        ray.get(refs)  # they finished the same collectives, so this returns at once
+        return result
+
+    def train_step(self, experiences: list) -> dict[str, float]:
+        shared = ray.put(experiences)  # one copy in the object store for all ranks
+        refs = [w.call.remote("train_step", shared) for w in self.workers]
+        metrics = self.trainer.train_step(experiences)
+        ray.get(refs)
+        return metrics
+
+    def weights_for_sync(self):
+        return self._on_all_ranks("weights_for_sync")
+
+    def save_checkpoint(self, job_dir: Path, step: int, keep: int | None = None) -> Path:
+        return self._on_all_ranks("save_checkpoint", job_dir, step, keep)
+
+    def save_state_dict(self, job_dir: Path, step: int) -> Path:
+        return self._on_all_ranks("save_state_dict", job_dir, step)
+
+    def export_hf(self, job_dir: Path, step: int) -> Path:
+        return self._on_all_ranks("export_hf", job_dir, step)
+
+    def load_checkpoint(self, job_dir: Path) -> int:
+        return self._on_all_ranks("load_checkpoint", job_dir)
+
+    def shutdown(self) -> None:
+        from trinity.trainer import distributed
+
+        refs = [w.shutdown.remote() for w in self.workers]
+        distributed.shutdown()
+        ray.get(refs)
+
+
+def build_rank0(config: Config, workers: Sequence[Any], build) -> TrainerGroup | Any:
+    """Rank 0's trainer: ``build(rank_info)`` makes the Trainer. With workers, this
+    process hosts the group's rendezvous and every worker builds its rank meanwhile."""
+    if not workers:
+        return build(None)
+    from trinity.trainer import distributed
+
+    info = RankInfo(0, 1 + len(workers), ray.util.get_node_ip_address(), distributed.free_port())
+    setups = [w.setup.remote(replace(info, rank=r)) for r, w in enumerate(workers, start=1)]
+    distributed.init_process_group(info)
+    trainer = build(info)
+    ray.get(setups)
+    return TrainerGroup(trainer, workers)
+
+
+@dataclass
+class TrainerActors:
+    lead: Any  # rank 0, the TrainerRole
+    ranks: list[Any]  # every rank's actor, rank 0 first
+    placement_group: Any | None
+    names: list[str]  # the actor names of ranks 1..N-1
+
+    def shutdown(self) -> None:
+        """All ranks leave the process group together (before the actors are killed)."""
+        if len(self.ranks) > 1:
+            ray.get(self.lead.shutdown_ranks.remote())
+
+    def release(self) -> list[str]:
+        """Free the placement group once the actors are killed; returns the rank names."""
+        if self.placement_group is not None:
+            ray.util.remove_placement_group(self.placement_group)
+        return self.names
+
+
+def start_trainer(
+    config: Config,
+    role_cls: type,
+    role_args: tuple,
+    *,
+    job_dir: str,
+    model_dir: str,
+    total_steps: int,
+    plugin_dirs: Sequence[str],
+) -> TrainerActors:
+    """Start the trainer's ranks; ``role_cls(*role_args, workers=...)`` is rank 0."""
+    on_gpu = bool(config.cluster.gpu_per_node) and ray.cluster_resources().get("GPU", 0) > 0
+    layout = trainer_layout(config, on_gpu=on_gpu)
+    check_data_parallel(config, layout)
+    options = {"num_cpus": TRAINER_CPUS, "num_gpus": 1 if on_gpu else 0}
+    if layout.world_size == 1:
+        lead = _rank_options(role_cls, config.trainer.name, options).remote(*role_args)
+        return TrainerActors(lead, [lead], None, [])
+    group = _reserve(layout, on_gpu)
+    strategies = [
+        ray.util.scheduling_strategies.PlacementGroupSchedulingStrategy(
+            group, placement_group_bundle_index=rank // layout.per_node
+        )
+        for rank in range(layout.world_size)
+    ]
+    names = [f"{config.trainer.name}_rank_{rank}" for rank in range(1, layout.world_size)]
+    workers = [
+        _rank_options(TrainerRank, name, options, strategies[rank]).remote(
+            config, job_dir, model_dir, total_steps, plugin_dirs
+        )
+        for rank, name in enumerate(names, start=1)
+    ]
+    lead = _rank_options(role_cls, config.trainer.name, options, strategies[0]).remote(
+        *role_args, workers=workers
+    )
+    return TrainerActors(lead, [lead, *workers], group, names)
+
+
+def _rank_options(cls: type, name: str, options: dict[str, Any], strategy: Any = None):
+    extra = {"scheduling_strategy": strategy} if strategy is not None else {}
+    return ray.remote(cls).options(max_concurrency=2, name=name, **options, **extra)
+
+
+def _reserve(layout: RankLayout, on_gpu: bool, timeout_s: float = 60.0):
+    """One bundle per trainer node, each on a different node (STRICT_SPREAD)."""
+    bundle = {"CPU": layout.per_node * TRAINER_CPUS}
+    if on_gpu:
+        bundle["GPU"] = layout.per_node
+    strategy = "STRICT_SPREAD" if layout.nnodes > 1 else "PACK"
+    group = ray.util.placement_group(
+        [dict(bundle) for _ in range(layout.nnodes)], strategy=strategy
+    )
+    ready, _ = ray.wait([group.ready()], timeout=timeout_s)
+    if not ready:
+        ray.util.remove_placement_group(group)
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        raise PlacementError(
+            f"the trainer's {layout.world_size} ranks need {layout.nnodes} node(s) with {bundle} free "
+            f"each (trainer.trainer_config.trainer.nnodes x n_gpus_per_node); the cluster has "
+            f"{len(nodes)} live node(s) with {ray.available_resources()} free after {timeout_s:.0f} s"
+        )
+    return group
+
+
+def _node_of(actor) -> str:
+    return ray.get(actor.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()))
+
+
+def write_placement(job_dir: Path, explorer: Any | None, trainer: TrainerActors | None) -> dict:
+    """Record the Ray node id of the explorer and of each trainer rank in
+    ``<job_dir>/placement.json`` (which node ran what, for multi-node runs)."""
+    from trinity.trainer import checkpoint as ckpt
+
+    placement: dict[str, Any] = {}
+    try:
+        if explorer is not None:
+            placement["explorer"] = _node_of(explorer)
+        if trainer is not None:
+            placement["trainer_ranks"] = [_node_of(actor) for actor in trainer.ranks]
+    except ray.exceptions.RayActorError as exc:
+        # the actor failed to start; the run's own wait reports why
+        logging.getLogger("trinity.launch").warning("placement not recorded: %s", exc)
+        return placement
+    ckpt.write_json_atomic(Path(job_dir) / "placement.json", placement)
+    return placement

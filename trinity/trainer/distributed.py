@@ -1,0 +1,195 @@
+"""Data parallelism of the trainer: N ranks, each a process, the model sharded by FSDP2.
+
+Every rank receives the whole train batch and collates it the same way, so all ranks
+agree on shapes, group statistics and the ``LossNormalizer`` (counts of the whole
+batch). Each rank runs the forward and backward of its own rows (``rank_rows``); the
+gradients of the rows are summed across ranks (FSDP's reduce-scatter with a divide
+factor of 1), which gives the gradient of the whole batch, as one rank would compute it.
+
+FSDP runs a collective in every forward and backward, so all ranks must run the same
+number of micro-batches. A rank with fewer rows pads its list with ``padding`` micro-
+batches whose loss is multiplied by 0: they take part in the collectives and add
+nothing to the gradient.
+
+Backend: nccl when CUDA is available, else gloo (CPU).
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import os
+import socket
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from trinity.trainer.batch import TrainBatch
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """This process's place in the trainer group and where the group meets."""
+
+    rank: int
+    world_size: int
+    master_addr: str
+    master_port: int
+
+
+def backend() -> str:
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
+
+
+def init_process_group(info: RankInfo, timeout_s: float = 1800) -> None:
+    """Join the trainer group; returns once all ``world_size`` ranks have joined."""
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    dist.init_process_group(
+        backend(),
+        init_method=f"tcp://{info.master_addr}:{info.master_port}",
+        rank=info.rank,
+        world_size=info.world_size,
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )
+
+
+def shutdown() -> None:
+    """Leave the trainer group.
+
+    All ranks meet at a barrier first, so no rank tears its side down while another
+    still has a collective in flight. ``destroy_process_group`` is then skipped on
+    purpose: with gloo it can abort the process when the peers' sockets close in a
+    different order, and the rank processes end right after this anyway (the OS
+    closes the sockets).
+    """
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def shard_model(model: torch.nn.Module) -> None:
+    """Shard ``model`` in place with FSDP2: each decoder layer is one unit, the rest
+    (embeddings, tied head, final norm) the root unit."""
+    from torch.distributed.fsdp import fully_shard
+
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    for layer in layers or []:
+        fully_shard(layer)
+    fully_shard(model)
+
+
+def rank_rows(size: int, rank: int, world_size: int) -> slice:
+    """The contiguous rows of a batch of ``size`` that ``rank`` trains on.
+
+    Sizes differ by at most one; the first ``size % world_size`` ranks hold one more.
+    """
+    base, extra = divmod(size, world_size)
+    start = rank * base + min(rank, extra)
+    return slice(start, start + base + (1 if rank < extra else 0))
+
+
+def micro_batches(
+    batch: TrainBatch, micro_size: int, rank: int, world_size: int
+) -> list[tuple[TrainBatch, bool]]:
+    """This rank's micro-batches of ``batch`` as (micro, is_padding) pairs.
+
+    Every rank gets the same number: enough for the largest rank's rows. Padding
+    micro-batches repeat the batch's first row (pair); their loss must be multiplied
+    by 0. Paired batches (chosen, rejected) are cut between pairs only.
+    """
+    unit = 2 if batch.paired else 1
+    units = batch.size // unit
+    rows = rank_rows(units, rank, world_size)
+    mine = batch.select(slice(rows.start * unit, rows.stop * unit))
+    real = mine.split(micro_size) if mine.size else []
+    micro_rows = math.ceil(micro_size / unit) * unit
+    largest = math.ceil(units / world_size) * unit
+    count = max(1, math.ceil(largest / micro_rows))
+    padding = batch.select(slice(0, unit))
+    return [(m, False) for m in real] + [(padding, True)] * (count - len(real))
+
+
+def all_reduce_rows(full: torch.Tensor, rows: slice, local: torch.Tensor) -> torch.Tensor:
+    """(B, ...) tensor of every rank's rows: each rank computed ``local`` for ``rows``."""
+    full = torch.zeros_like(full)
+    full[rows] = local
+    # adding exact zeros to each row leaves every row bit-identical to its rank's result
+    dist.all_reduce(full, op=dist.ReduceOp.SUM)
+    return full
+
+
+def gather_metrics(totals: dict[str, tuple[float, int]]) -> dict[str, tuple[float, int]]:
+    """Per metric (sum, count), added up over the ranks."""
+    gathered: list[dict[str, tuple[float, int]]] = [{} for _ in range(dist.get_world_size())]
+    dist.all_gather_object(gathered, totals)
+    merged: dict[str, tuple[float, int]] = {}
+    for part in gathered:
+        for key, (total, count) in part.items():
+            old_total, old_count = merged.get(key, (0.0, 0))
+            merged[key] = (old_total + total, old_count + count)
+    return merged
+
+
+def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The unsharded parameters (a collective: every rank must call it)."""
+    from torch.distributed.tensor import DTensor
+
+    return {
+        k: v.full_tensor() if isinstance(v, DTensor) else v for k, v in model.state_dict().items()
+    }
+
+
+def to_local(value):
+    """``value`` (a state dict, possibly nested) with every DTensor replaced by its shard."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(value, DTensor):
+        return value.to_local().clone()
+    if isinstance(value, dict):
+        return {k: to_local(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [to_local(v) for v in value]
+    return value
+
+
+def load_local_model_state(model: torch.nn.Module, shards: dict[str, torch.Tensor]) -> None:
+    """Copy this rank's saved shards into the sharded parameters."""
+    from torch.distributed.tensor import DTensor
+
+    state = model.state_dict()
+    missing = sorted(set(state) - set(shards))
+    if missing:
+        raise KeyError(f"the rank's model shard lacks {missing[:5]}")
+    with torch.no_grad():
+        for name, target in state.items():
+            local = target.to_local() if isinstance(target, DTensor) else target
+            local.copy_(shards[name])
+
+
+def load_local_optimizer_state(
+    optimizer: torch.optim.Optimizer, model: torch.nn.Module, state: dict
+) -> None:
+    """Load an optimizer state saved by ``to_local`` and turn its per-parameter tensors
+    back into DTensors placed like their parameters."""
+    from torch.distributed.tensor import DTensor
+
+    optimizer.load_state_dict(state)
+    for param in model.parameters():
+        if not isinstance(param, DTensor):
+            continue
+        for key, value in optimizer.state.get(param, {}).items():
+            if isinstance(value, torch.Tensor) and not isinstance(value, DTensor) and value.dim():
+                optimizer.state[param][key] = DTensor.from_local(
+                    value,
+                    param.device_mesh,
+                    param.placements,
+                    shape=param.shape,
+                    stride=param.stride(),
+                )
