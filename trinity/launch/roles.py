@@ -29,13 +29,14 @@ import ray
 from trinity.config import Config
 from trinity.launch.run import load_plugins
 from trinity.pipeline import ExperiencePipeline
+from trinity.sync import weights
 from trinity.trainer import checkpoint as ckpt
 from trinity.utils.log import get_actor_logger
 
 
 def required_version(step: int, sync_interval: int, sync_offset: int) -> int:
-    """Policy version explore step ``step`` (1-based) must use."""
-    return max(0, ((step - 1 - sync_offset) // sync_interval) * sync_interval)
+    """Policy version explore step ``step`` (1-based) must use (``trinity.sync.weights``)."""
+    return weights.required_version(step, sync_interval, sync_offset)
 
 
 def _threads() -> int:
@@ -99,18 +100,20 @@ class ExplorerRole:
             config, model_dir=model_dir, log_dir=self.job_dir / "log", logger=self.logger
         )
         self.pipeline = ExperiencePipeline(config.data_processor.experience_pipeline.operators)
+        self.weights = weights.WeightReceiver(config, self.job_dir, synchronizer, model_dir, self.logger)
+        initial = self.weights.initial_adapter()  # LoRA continuing a saved adapter
+        if initial is not None:
+            self.explorer.load_weights(initial, 0)
 
     def run(self, total_steps: int, start_step: int = 0) -> dict[str, Any]:
         cfg = self.config
-        syn = cfg.synchronizer
         evals: list[dict[str, float]] = []
         if cfg.explorer.eval_on_startup and start_step == 0:
             self._evaluate(0, evals)
         step = start_step
         try:
             for step in range(start_step + 1, total_steps + 1):
-                if cfg.mode == "both":  # mode explore keeps its initial weights
-                    self._sync_to(required_version(step, syn.sync_interval, syn.sync_offset))
+                self._take(self.weights.before_step(step, self.explorer.model_version))
                 # evaluate the weights trained by step - 1, before exploring with them
                 if step - 1 > start_step and (step - 1) % cfg.explorer.eval_interval == 0:
                     self._evaluate(step - 1, evals)
@@ -123,6 +126,9 @@ class ExplorerRole:
                     step -= 1
                     break
                 experiences, metrics = produced
+                metrics["rollout/staleness"] = float(
+                    weights.staleness(step, self.explorer.model_version)
+                )
                 experiences, pipeline_metrics = self.pipeline.process(experiences)
                 metrics.update(pipeline_metrics)
                 ray.get(self.buffer.put.remote(experiences))
@@ -148,16 +154,14 @@ class ExplorerRole:
     def _sync_to(self, version: int) -> None:
         if version <= self.explorer.model_version:
             return
-        syn = self.config.synchronizer
         self.logger.info("waiting for policy version %d", version)
-        start = time.perf_counter()
-        got, weights = ray.get(self.sync.wait_for.remote(version, syn.sync_timeout))
-        if got <= self.explorer.model_version:
+        self._take(self.weights.wait_for(version, self.explorer.model_version))
+
+    def _take(self, fetched: tuple[int, dict] | None) -> None:
+        if fetched is None:
             return
-        if weights is not None:
-            state_dict = ray.get(weights[0])
-        else:  # checkpoint sync: the trainer wrote the weights to disk
-            state_dict = ckpt.load_actor_shard(self.job_dir, got, "model")
+        start = time.perf_counter()
+        got, state_dict = fetched
         self.explorer.load_weights(state_dict, got)
         self.logger.info(
             "synchronized to policy version %d in %.2fs", got, time.perf_counter() - start
@@ -238,6 +242,8 @@ class TrainerRole:
         keep = cfg.trainer.trainer_config.trainer.max_actor_ckpt_to_keep
         step = completed = start_step
         final_model_dir = None
+        # explorers of this job in other processes (mode explore) wait for it while running
+        weights.set_trainer_status(self.job_dir, "running")
         try:
             for step in range(start_step + 1, total_steps + 1):
                 experiences = self.input.next_batch(model_version=self.trainer.global_step)
@@ -255,7 +261,7 @@ class TrainerRole:
                 ray.get(self.sync.report.remote("trainer", step, metrics))
                 self.logger.info("train step %d ends: %s", step, _brief(metrics))
                 completed = step
-                if cfg.mode == "both" and (step % syn.sync_interval == 0 or step == total_steps):
+                if weights.publishes(cfg) and (step % syn.sync_interval == 0 or step == total_steps):
                     self._publish(step)
                 if cfg.trainer.save_interval > 0 and step % cfg.trainer.save_interval == 0:
                     self.trainer.save_checkpoint(self.job_dir, step, keep)
@@ -263,6 +269,7 @@ class TrainerRole:
             # the final weights are always kept; a failed step is never saved
             if completed > start_step and ckpt.read_latest(self.job_dir) != completed:
                 self.trainer.save_checkpoint(self.job_dir, completed, keep)
+            weights.set_trainer_status(self.job_dir, "finished")
             ray.get(self.sync.finish.remote("trainer"))
             self.monitor.close()
         if export_hf and completed > start_step:
@@ -271,12 +278,7 @@ class TrainerRole:
 
     def _publish(self, step: int) -> None:
         start = time.perf_counter()
-        if self.config.synchronizer.sync_method == "checkpoint":
-            self.trainer.save_state_dict(self.job_dir, step)
-            weights = None
-        else:
-            weights = [ray.put(self.trainer.weights_for_sync())]
-        ray.get(self.sync.publish.remote(step, weights))
+        weights.publish(self.trainer, self.config, self.job_dir, self.sync, step)
         self.logger.info("published policy version %d in %.2fs", step, time.perf_counter() - start)
 
 

@@ -52,6 +52,10 @@ class Synchronizer:
                     continue
             return self.version, self.weights
 
+    async def latest(self) -> tuple[int, list[Any] | None]:
+        """The newest published version and its weights, without waiting."""
+        return self.version, self.weights
+
     async def report(self, role: str, step: int, metrics: dict[str, float]) -> None:
         self.status[role] = {"step": step, "metrics": metrics, "time": time.time()}
 

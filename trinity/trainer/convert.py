@@ -104,7 +104,7 @@ def _merge_adapter(
             "pass --base-model-dir with the base model the adapter was trained on"
         )
     model = AutoModelForCausalLM.from_pretrained(base, dtype="auto")
-    applier = lora.AdapterApplier(model, lora.scaling(adapter_config))
+    applier = lora.AdapterApplier(model.state_dict(), lora.scaling(adapter_config))
     try:
         merged = applier.full_state_dict(adapter)
     except lora.LoRAError as error:

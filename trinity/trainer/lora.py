@@ -198,30 +198,32 @@ def pair_adapter(state: dict[str, torch.Tensor]) -> dict[str, tuple[torch.Tensor
 
 
 class AdapterApplier:
-    """Turns adapter versions into full weights for a model that holds the base policy.
+    """Turns adapter versions into full weights, given the base policy's state dict.
 
-    The base weights of the adapted layers are copied once, so every version is merged
-    onto the original base, never onto an earlier merge.
+    The base weights of the adapted layers are copied on first use, so every version is
+    merged onto the original base even when ``base`` shares storage with a model that
+    the merged weights are then loaded into.
     """
 
-    def __init__(self, model: torch.nn.Module, scale: float) -> None:
-        self.model = model
+    def __init__(self, base: dict[str, torch.Tensor], scale: float) -> None:
+        self.base = base
         self.scale = scale
-        self._base: dict[str, torch.Tensor] = {}
+        self._original: dict[str, torch.Tensor] = {}
 
     def full_state_dict(self, adapter: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        current = self.model.state_dict()
-        merged = dict(current)
+        merged = dict(self.base)
         for key, (a, b) in pair_adapter(adapter).items():
-            if key not in current:
-                raise LoRAError(f"the adapter adapts '{key}', which the rollout model does not have")
-            base = self._base.get(key)
-            if base is None:
-                base = self._base[key] = current[key].detach().clone()
+            if key not in self.base:
+                raise LoRAError(f"the adapter adapts '{key}', which the base model does not have")
+            original = self._original.get(key)
+            if original is None:
+                original = self._original[key] = self.base[key].detach().clone()
             delta = (b.float() @ a.float()) * self.scale
-            if delta.shape != base.shape:
-                raise LoRAError(f"{key}: adapter update {tuple(delta.shape)} vs weight {tuple(base.shape)}")
-            merged[key] = (base.float() + delta).to(base.dtype)
+            if delta.shape != original.shape:
+                raise LoRAError(
+                    f"{key}: adapter update {tuple(delta.shape)} vs weight {tuple(original.shape)}"
+                )
+            merged[key] = (original.float() + delta).to(original.dtype)
         return merged
 
 

@@ -69,7 +69,7 @@ def test_lora_trains_syncs_checkpoints_and_converts(tiny_model_dir: Path, tmp_pa
     engine = TransformersEngine(str(tiny_model_dir), dtype="float32")
     try:
         assert _close(_engine_logprobs(engine), initial)
-        applier = lora.AdapterApplier(engine.model, lora.config_scaling(cfg.model.lora_configs[0]))
+        applier = lora.AdapterApplier(engine.model.state_dict(), lora.config_scaling(cfg.model.lora_configs[0]))
         engine.load_state_dict(applier.full_state_dict(adapter), version=2)
         synced = _engine_logprobs(engine)
         assert engine.model_version == 2

@@ -1,0 +1,136 @@
+"""End to end: asynchronous synchronisation through ``trinity run``.
+
+* mode both with ``sync_offset: 1, sync_interval: 2``: the explorer runs ahead and each
+  step's policy version and staleness follow the schedule;
+* a split run: ``mode: train`` and ``mode: explore`` as two ``trinity run`` processes on
+  one job directory, weights passing through checkpoint files and experiences through a
+  shared SQLite buffer.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_run_cli import DEMO, REPO, run_cli
+
+from trinity.launch.roles import required_version
+from trinity.sync.weights import TRAINER_STATUS, staleness
+
+STEPS = 4
+QUICK = [
+    "explorer.eval_on_startup=false",
+    "buffer.explorer_input.eval_tasksets=[]",
+    "explorer.runner_per_model=8",
+    "model.max_response_tokens=8",
+    "continue_from_checkpoint=true",
+]
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_schedule_of_offset_and_interval() -> None:
+    # sync_interval 2, sync_offset 1: steps 1-3 explore with the initial weights, step 4
+    # waits for version 2; staleness 0, 1, 2, 1
+    assert [required_version(s, 2, 1) for s in range(1, 7)] == [0, 0, 0, 2, 2, 4]
+    assert [staleness(s, required_version(s, 2, 1)) for s in range(1, 7)] == [0, 1, 2, 1, 2, 1]
+    # the synchronous schedule: every step uses the previous step's weights
+    assert [staleness(s, required_version(s, 1, 0)) for s in range(1, 5)] == [0, 0, 0, 0]
+
+
+@pytest.mark.slow
+def test_async_run_reports_the_staleness_of_its_schedule(tiny_model_dir: Path, tmp_path: Path) -> None:
+    result = run_cli(
+        "run",
+        "--config",
+        str(DEMO),
+        f"model.model_path={tiny_model_dir}",
+        f"checkpoint_root_dir={tmp_path}",
+        "name=async",
+        f"buffer.total_steps={STEPS}",
+        "synchronizer.sync_method=memory",
+        "synchronizer.sync_interval=2",
+        "synchronizer.sync_offset=1",
+        "trainer.save_interval=0",
+        "buffer.trainer_input.experience_buffer.path=null",
+        *QUICK,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    job = tmp_path / "trinity-demo" / "async"
+    explorer = [r for r in _rows(job / "monitor" / "async_explorer_metrics.jsonl") if "rollout/staleness" in r]
+    trainer = _rows(job / "monitor" / "async_trainer_metrics.jsonl")
+    expected_versions = [required_version(s, 2, 1) for s in range(1, STEPS + 1)]
+    expected_staleness = [float(staleness(s, v)) for s, v in zip(range(1, STEPS + 1), expected_versions, strict=True)]
+    assert [r["step"] for r in explorer] == list(range(1, STEPS + 1))
+    assert [r["rollout/model_version"] for r in explorer] == expected_versions
+    assert [r["rollout/staleness"] for r in explorer] == expected_staleness == [0, 1, 2, 1]
+    assert [r["step"] for r in trainer] == list(range(1, STEPS + 1))
+    assert [r["trainer/staleness/mean"] for r in trainer] == expected_staleness
+    assert "published policy version 2" in (job / "log" / "trainer.log").read_text()
+    assert "synchronized to policy version 2" in (job / "log" / "explorer.log").read_text()
+
+
+@pytest.mark.slow
+def test_split_explore_and_train_processes(tiny_model_dir: Path, tmp_path: Path) -> None:
+    steps = 3
+    common = [
+        "run",
+        "--config",
+        str(DEMO),
+        f"model.model_path={tiny_model_dir}",
+        f"checkpoint_root_dir={tmp_path}",
+        "name=split",
+        f"buffer.total_steps={steps}",
+        "synchronizer.sync_method=checkpoint",
+        "synchronizer.sync_interval=1",
+        "trainer.save_interval=0",
+        "buffer.trainer_input.experience_buffer.storage_type=sql",
+        f"buffer.trainer_input.experience_buffer.path=sqlite:///{tmp_path}/shared.db",
+        *QUICK,
+    ]
+    job = tmp_path / "trinity-demo" / "split"
+
+    def start(mode: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, "-m", "trinity", *common, f"mode={mode}", f"ray_namespace=split-{mode}"],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+
+    # the trainer starts first (a local Ray instance unless one runs); the explorer joins
+    # the same instance and finishes first, since the trainer trains on its last batch
+    trainer = start("train")
+    explorer = None
+    try:
+        # the explorer waits for scheduled weights only while a trainer runs on the job dir
+        deadline = time.monotonic() + 300
+        while not (job / TRAINER_STATUS).exists():
+            assert trainer.poll() is None, trainer.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the trainer did not start in 300 s"
+            time.sleep(0.5)
+        explorer = start("explore")
+        _, explorer_err = explorer.communicate(timeout=600)
+        assert explorer.returncode == 0, explorer_err[-4000:]
+        _, trainer_err = trainer.communicate(timeout=600)
+        assert trainer.returncode == 0, trainer_err[-4000:]
+    finally:
+        for proc in (trainer, explorer):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+
+    # the explorer took every new policy from disk: step s explored with version s - 1
+    rows = [r for r in _rows(job / "monitor" / "split_explorer_metrics.jsonl") if "rollout/staleness" in r]
+    assert [r["rollout/model_version"] for r in rows] == [0, 1, 2]
+    assert [r["rollout/staleness"] for r in rows] == [0, 0, 0]
+    # the trainer read the explorer's experiences from the shared buffer
+    trained = _rows(job / "monitor" / "split_trainer_metrics.jsonl")
+    assert [r["step"] for r in trained] == [1, 2, 3]
+    assert all(r["batch/size"] == 16 for r in trained)
+    assert [r["trainer/staleness/mean"] for r in trained] == [0, 0, 0]
+    assert (job / "latest_state_dict_iteration.txt").read_text().strip() == "3"
+    assert json.loads((job / TRAINER_STATUS).read_text())["state"] == "finished"

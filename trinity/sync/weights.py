@@ -1,0 +1,200 @@
+"""The two ends of weight synchronisation: what the trainer publishes and when the
+explorer takes it.
+
+Schedule (``synchronizer``): the trainer publishes policy version ``v`` after train step
+``v`` whenever ``v % sync_interval == 0`` (and after its last step). With
+``sync_style: fixed``, explore step ``s`` uses version
+``required_version(s) = ((s - 1 - sync_offset) // sync_interval) * sync_interval`` and waits
+for it (at most ``sync_timeout`` seconds); with ``dynamic`` it takes the newest published
+version without ever waiting.
+
+Where the weights travel:
+
+* mode ``both``: through the run's ``Synchronizer`` actor, as an object-store reference
+  (``memory``, and ``nccl`` on CPU) or as a version number whose weights the trainer wrote
+  to ``global_step_N/actor`` (``checkpoint``);
+* modes ``explore`` and ``train`` run as separate processes that share the job
+  directory (``sync_method: checkpoint``): the trainer writes ``global_step_N/actor`` and
+  moves ``latest_state_dict_iteration.txt``; the explorer polls that pointer. It waits for
+  a scheduled version only while ``trainer_status.json`` says a trainer is running, so an
+  explorer without a trainer explores with the weights it has.
+
+With LoRA only the adapter travels; :class:`WeightReceiver` merges it into full weights.
+Staleness of an explore step ``s`` run with version ``v`` is ``(s - 1) - v``: how many
+train steps its policy lags behind the synchronous schedule.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trinity.config import Config
+from trinity.trainer import checkpoint as ckpt
+
+TRAINER_STATUS = "trainer_status.json"
+_POLL_S = 0.2
+
+
+def required_version(step: int, sync_interval: int, sync_offset: int) -> int:
+    """Policy version explore step ``step`` (1-based) must use with ``sync_style: fixed``."""
+    return max(0, ((step - 1 - sync_offset) // sync_interval) * sync_interval)
+
+
+def staleness(step: int, version: int) -> int:
+    """Train steps the policy of version ``version`` lags behind step ``step``'s schedule."""
+    return step - 1 - version
+
+
+def publishes(config: Config) -> bool:
+    """Whether the trainer publishes weights: mode both, or mode train on the experience
+    buffer with checkpoint sync (an explorer in another process may read them)."""
+    from trinity.trainer.train_input import trains_on_dataset
+
+    if config.mode == "both":
+        return True
+    return (
+        config.mode == "train"
+        and config.synchronizer.sync_method == "checkpoint"
+        and not trains_on_dataset(config)
+    )
+
+
+def set_trainer_status(job_dir: Path, state: str) -> None:
+    """``running`` or ``finished``: read by explorers of the same job in other processes."""
+    ckpt.write_json_atomic(Path(job_dir) / TRAINER_STATUS, {"state": state, "time": time.time()})
+
+
+def trainer_running(job_dir: Path) -> bool:
+    status = ckpt.read_json(Path(job_dir) / TRAINER_STATUS)
+    return bool(status) and status.get("state") == "running"
+
+
+def latest_on_disk(job_dir: Path) -> int:
+    """The newest version the trainer wrote to ``job_dir`` (0 when none)."""
+    versions = [ckpt.read_latest(job_dir, p) for p in (ckpt.LATEST_STATE_DICT, ckpt.LATEST_CHECKPOINT)]
+    return max((v for v in versions if v), default=0)
+
+
+class WeightReceiver:
+    """The explorer's end: fetches the version a step needs and returns full weights."""
+
+    def __init__(
+        self,
+        config: Config,
+        job_dir: Path,
+        synchronizer: Any,
+        model_dir: str,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self.config = config
+        self.job_dir = Path(job_dir)
+        self.sync = synchronizer
+        self.model_dir = model_dir
+        self.logger = logger or logging.getLogger("trinity.sync")
+        self._applier = None
+
+    # ---------------------------------------------------------------- schedule
+    def before_step(self, step: int, current: int) -> tuple[int, dict[str, torch.Tensor]] | None:
+        """Weights explore step ``step`` should use instead of version ``current``, or None
+        to keep the current ones."""
+        syn = self.config.synchronizer
+        if self.config.mode not in ("both", "explore"):
+            return None
+        if syn.sync_style == "dynamic":
+            return self.newest(current)
+        wanted = required_version(step, syn.sync_interval, syn.sync_offset)
+        if wanted <= current:
+            return None
+        if self.config.mode == "explore" and not trainer_running(self.job_dir):
+            return self.newest(current)  # no trainer to wait for: take what exists
+        return self.wait_for(wanted, current)
+
+    def wait_for(self, version: int, current: int) -> tuple[int, dict[str, torch.Tensor]] | None:
+        """Block until version >= ``version`` exists (or the trainer has finished)."""
+        import ray
+
+        timeout = self.config.synchronizer.sync_timeout
+        if self.config.mode == "both":
+            got, weights = ray.get(self.sync.wait_for.remote(version, timeout))
+            return self._fetch(got, weights, current)
+        deadline = time.monotonic() + timeout
+        while (got := latest_on_disk(self.job_dir)) < version and trainer_running(self.job_dir):
+            if time.monotonic() > deadline:
+                from trinity.sync.synchronizer import SyncTimeout
+
+                raise SyncTimeout(
+                    f"no policy version >= {version} in {self.job_dir} after {timeout:.0f}s "
+                    f"(have {got}); raise synchronizer.sync_timeout if the trainer is slow"
+                )
+            time.sleep(_POLL_S)
+        return self._fetch(got, None, current)
+
+    def newest(self, current: int) -> tuple[int, dict[str, torch.Tensor]] | None:
+        """The newest published weights if they are newer than ``current``; never waits."""
+        import ray
+
+        if self.config.mode == "both":
+            got, weights = ray.get(self.sync.latest.remote())
+            return self._fetch(got, weights, current)
+        return self._fetch(latest_on_disk(self.job_dir), None, current)
+
+    # ---------------------------------------------------------------- weights
+    def _fetch(
+        self, version: int, weights: list[Any] | None, current: int
+    ) -> tuple[int, dict[str, torch.Tensor]] | None:
+        import ray
+
+        if version <= current:
+            return None
+        if weights is not None:
+            state = ray.get(weights[0])
+        else:  # checkpoint sync: the trainer wrote the weights to disk
+            state = ckpt.load_actor_shard(self.job_dir, version, "model")
+        return version, self.full_weights(state)
+
+    def full_weights(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``state`` as a full state dict: LoRA adapters are merged into the base weights."""
+        if not any(".lora_A." in k for k in state):
+            return state
+        if self._applier is None:
+            self._applier = self._build_applier()
+        return self._applier.full_state_dict(state)
+
+    def _build_applier(self):
+        from transformers import AutoModelForCausalLM
+
+        from trinity.trainer import lora
+
+        if not self.config.model.lora_configs:
+            raise lora.LoRAError("received LoRA adapter weights but model.lora_configs is empty")
+        dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}[self.config.model.dtype]
+        base = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=dtype)
+        scale = lora.config_scaling(self.config.model.lora_configs[0])
+        return lora.AdapterApplier(base.state_dict(), scale)
+
+    def initial_adapter(self) -> dict[str, torch.Tensor] | None:
+        """Full weights of version 0 when training continues a saved adapter (else None:
+        a new adapter starts at zero, so the base weights are version 0)."""
+        from trinity.trainer import lora
+
+        adapters = self.config.model.lora_configs
+        if not adapters or not adapters[0].path:
+            return None
+        return self.full_weights(lora.load_adapter_dir(Path(adapters[0].path)))
+
+
+def publish(trainer: Any, config: Config, job_dir: Path, synchronizer: Any, step: int) -> None:
+    """The trainer's end: make the policy of ``step`` available as version ``step``."""
+    import ray
+
+    if config.synchronizer.sync_method == "checkpoint":
+        trainer.save_state_dict(job_dir, step)
+        weights = None
+    else:
+        weights = [ray.put(trainer.weights_for_sync())]
+    ray.get(synchronizer.publish.remote(step, weights))
