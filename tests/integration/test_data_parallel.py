@@ -146,3 +146,116 @@ def test_two_ranks_train_like_one(local_ray, tiny_model_dir: Path, tmp_path: Pat
         assert_close(resumed.run("weights_for_sync"), weights3, 1e-7)
     finally:
         resumed.close()
+
+
+REPO = Path(__file__).resolve().parents[2]
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+@pytest.fixture
+def two_nodes():
+    """A Ray cluster of two nodes on this machine (a head and one more ``ray start``),
+    1 CPU each, token authentication off for the nodes and the client alike."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["RAY_AUTH_MODE"] = "disabled"
+    address = f"127.0.0.1:{free_port()}"
+    common = ["--block", "--num-cpus", "1", "--disable-usage-stats"]
+    head = [
+        RAY,
+        "start",
+        "--head",
+        "--port",
+        address.split(":")[1],
+        "--include-dashboard",
+        "false",
+        "--resources",
+        '{"node_a": 1}',
+        *common,
+    ]
+    second = [RAY, "start", "--address", address, "--resources", '{"node_b": 1}', *common]
+    procs = []
+    try:
+        for cmd in (head, second):
+            procs.append(
+                subprocess.Popen(
+                    cmd,
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            )
+            time.sleep(5)
+        probe = (
+            f"import ray; ray.init(address='{address}', log_to_driver=False); "
+            "print(sum(n['Alive'] for n in ray.nodes()))"
+        )
+        deadline = time.monotonic() + 180
+        while True:
+            out = subprocess.run(
+                [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120
+            )
+            if out.stdout.strip() == "2":
+                break
+            assert all(p.poll() is None for p in procs), "a ray start exited"
+            assert time.monotonic() < deadline, "the two Ray nodes did not come up"
+            time.sleep(2)
+        yield address, env
+    finally:
+        for proc in reversed(procs):
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+@pytest.mark.slow
+def test_trinity_run_places_two_ranks_and_the_explorer_on_two_nodes(
+    two_nodes, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """``trinity run`` on a two-node cluster: the two trainer ranks fill one node (their
+    placement-group bundle takes its whole CPU), so the explorer runs on the other."""
+    import json
+    import subprocess
+
+    address, env = two_nodes
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trinity",
+            "run",
+            "--config",
+            str(REPO / "examples/arithmetic/grpo.yaml"),
+            f"model.model_path={tiny_model_dir}",
+            f"checkpoint_root_dir={tmp_path}",
+            f"cluster.ray_address={address}",
+            "cluster.node_num=2",
+            "trainer.trainer_config.trainer.n_gpus_per_node=2",
+            "buffer.total_steps=1",
+            "explorer.eval_on_startup=false",
+            "buffer.explorer_input.eval_tasksets=[]",
+            "buffer.trainer_input.experience_buffer.path=null",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    [job] = tmp_path.glob("trinity-demo/*")
+    placement = json.loads((job / "placement.json").read_text())
+    ranks = placement["trainer_ranks"]
+    assert len(ranks) == 2 and ranks[0] == ranks[1]
+    assert placement["explorer"] != ranks[0]
+    shards = sorted(p.name for p in job.glob("global_step_1/actor/model_world_size_*"))
+    assert shards == ["model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"]
+    assert (job / "log" / "trainer_rank_1.log").exists()
