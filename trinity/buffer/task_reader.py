@@ -14,6 +14,14 @@ Selectors decide the order inside each epoch:
 The order is a pure function of (seed, epoch, position), so ``state_dict()`` only
 needs the position to resume at exactly the next batch.
 
+Several training tasksets (``buffer.explorer_input.tasksets``) are read by a
+``TasksetMix``: one epoch of the mix is one epoch of every taskset, interleaved in
+proportion to their sizes, so each batch holds tasks of each taskset about in the ratio
+of their sizes (tasksets of 100 and 50 rows give batches of 4 two-thirds from the first).
+Each taskset keeps its own selector. ``total_epochs`` counts epochs of the mix (every
+task of every taskset once); ``total_steps`` cuts the mixed stream after that many
+batches. A mix of one taskset reads exactly what that taskset's reader reads.
+
 Rows that lack the prompt key or hold the wrong type there, or cannot be parsed, stop
 the reader with an error naming file, line and key; with ``skip_invalid_rows: true``
 they are left out, counted in ``invalid.count`` and summarised in a warning.
@@ -48,6 +56,25 @@ def as_dict(obj: Any) -> dict[str, Any]:
     if isinstance(obj, Mapping):
         return dict(obj)
     return {k: v for k, v in vars(obj).items() if not k.startswith("_")}
+
+
+def stream_length(
+    batch_size: int, total_epochs: int, total_steps: int | None, epoch_size: int
+) -> int:
+    """Tasks in the stream: ``total_steps`` batches when set, else ``total_epochs`` epochs."""
+    return total_steps * batch_size if total_steps is not None else total_epochs * epoch_size
+
+
+def next_batch(stream: TasksetReader | TasksetMix, what: str) -> list[Task]:
+    """The next batch of ``stream`` (its tasks at ``position`` onwards), moving it on."""
+    if stream.position >= stream.limit:
+        raise TasksetExhausted(
+            f"{what} exhausted after {len(stream)} batches ({stream.limit} tasks)"
+        )
+    end = min(stream.position + stream.batch_size, stream.limit)
+    tasks = [stream.task_at(p) for p in range(stream.position, end)]
+    stream.position = end
+    return tasks
 
 
 class TasksetReader:
@@ -86,11 +113,7 @@ class TasksetReader:
         if not self.rows:
             skipped = f" (skipped {self.invalid.count} invalid)" if self.invalid.count else ""
             raise ValueError(f"taskset '{self.name}' at '{storage_cfg.path}' has no rows{skipped}")
-        # a stream of positions; total_steps, when set, overrides total_epochs
-        if total_steps is not None:
-            self.limit = total_steps * batch_size
-        else:
-            self.limit = total_epochs * len(self.rows)
+        self.limit = stream_length(batch_size, total_epochs, total_steps, len(self.rows))
         self.position = 0
         self._order_epoch = -1
         self._order = np.empty(0, dtype=np.int64)
@@ -152,14 +175,7 @@ class TasksetReader:
 
     def read_batch(self) -> list[Task]:
         """The next ``batch_size`` tasks; raises TasksetExhausted after the last batch."""
-        if self.position >= self.limit:
-            raise TasksetExhausted(
-                f"taskset '{self.name}' is exhausted after {len(self)} batches ({self.limit} tasks)"
-            )
-        end = min(self.position + self.batch_size, self.limit)
-        tasks = [self._task(self._row_index(p)) for p in range(self.position, end)]
-        self.position = end
-        return tasks
+        return next_batch(self, f"taskset '{self.name}' is")
 
     def __iter__(self) -> Iterator[list[Task]]:
         while self.position < self.limit:
@@ -193,6 +209,10 @@ class TasksetReader:
                 )
         self.position = int(state["position"])
 
+    def task_at(self, position: int) -> Task:
+        """The task at ``position`` of this taskset's stream (any position, any epoch)."""
+        return self._task(self._row_index(position))
+
     def _row_index(self, position: int) -> int:
         n = len(self.rows)
         epoch, offset = divmod(position, n)
@@ -220,3 +240,88 @@ class TasksetReader:
             format=dict(self.format),
             workflow_args=dict(getattr(self.cfg, "workflow_args", None) or {}),
         )
+
+
+class TasksetMix:
+    """Batches drawn from several tasksets, in proportion to their sizes.
+
+    Slot ``s`` of an epoch of the mix (``N = sum(n_i)`` slots) holds the ``k``-th task of
+    taskset ``i``, where the slots are sorted by ``(k + 0.5) / n_i`` (ties go to the
+    taskset listed first): taskset ``i`` fills ``n_i / N`` of every stretch of slots.
+    Its ``k``-th task of epoch ``e`` is position ``e * n_i + k`` of its own reader, so
+    selectors shuffle and sample per taskset and per epoch as they do alone.
+    """
+
+    def __init__(
+        self,
+        readers: list[TasksetReader],
+        *,
+        batch_size: int,
+        total_epochs: int = 1,
+        total_steps: int | None = None,
+    ) -> None:
+        if not readers:
+            raise ValueError("a taskset mix needs at least one taskset")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        names = [r.name for r in readers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"taskset names must be unique, got {names}")
+        self.readers = readers
+        self.batch_size = batch_size
+        sizes = [r.num_tasks for r in readers]
+        keys = np.concatenate([(np.arange(n) + 0.5) / n for n in sizes])
+        owners = np.concatenate([np.full(n, i) for i, n in enumerate(sizes)])
+        offsets = np.concatenate([np.arange(n) for n in sizes])
+        order = np.argsort(keys, kind="stable")
+        self._owner, self._offset = owners[order], offsets[order]
+        self.epoch_size = int(sum(sizes))
+        self.limit = stream_length(batch_size, total_epochs, total_steps, self.epoch_size)
+        self.position = 0
+
+    @property
+    def names(self) -> list[str]:
+        return [r.name for r in self.readers]
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the mix the next task comes from (0-based)."""
+        return self.position // self.epoch_size
+
+    def __len__(self) -> int:
+        """Number of batches in the whole stream (the last one may be short)."""
+        return -(-self.limit // self.batch_size)
+
+    def task_at(self, position: int) -> Task:
+        epoch, slot = divmod(position, self.epoch_size)
+        reader = self.readers[int(self._owner[slot])]
+        return reader.task_at(epoch * reader.num_tasks + int(self._offset[slot]))
+
+    def read_batch(self) -> list[Task]:
+        """The next ``batch_size`` tasks; raises TasksetExhausted after the last batch."""
+        return next_batch(self, f"tasksets {self.names} are")
+
+    def _identity(self) -> list[dict[str, Any]]:
+        """What decides the order of the stream, besides the position."""
+        return [
+            {"name": r.name, "num_tasks": r.num_tasks, "seed": r.seed, "selector": r.selector}
+            for r in self.readers
+        ]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"position": self.position, "tasksets": self._identity()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        saved = state.get("tasksets")
+        if saved is not None:
+            now = self._identity()
+            if list(saved) != now:
+                # a different mix (tasksets, sizes, seeds or selectors) orders tasks differently
+                logger.warning(
+                    "the tasksets were %s when the state was saved and are %s now; "
+                    "resuming at position %s of a different task order",
+                    saved,
+                    now,
+                    state["position"],
+                )
+        self.position = int(state["position"])

@@ -13,7 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trinity.buffer.task_reader import TasksetExhausted, TasksetReader
+import numpy as np
+
+from trinity.buffer.task_reader import TasksetExhausted, TasksetMix, TasksetReader
 from trinity.config import Config
 from trinity.explorer.engines import RolloutEngines
 from trinity.explorer.metrics import eval_metrics, rollout_metrics
@@ -38,6 +40,31 @@ def make_taskset_reader(config: Config, storage, *, batch_size: int, is_eval: bo
         default_reward_fn=buf.explorer_input.default_reward_fn_type or buf.default_reward_fn_type,
     )
 
+def make_taskset_mix(config: Config) -> TasksetMix | None:
+    """Every training taskset (``buffer.explorer_input.tasksets``) as one stream of batches."""
+    inputs = config.buffer.explorer_input
+    storages = list(inputs.tasksets) or ([inputs.taskset] if inputs.taskset is not None else [])
+    if not storages:
+        return None
+    buf = config.buffer
+    readers = [
+        make_taskset_reader(config, storage, batch_size=buf.batch_size, is_eval=False)
+        for storage in storages
+    ]
+    return TasksetMix(
+        readers, batch_size=buf.batch_size, total_epochs=buf.total_epochs, total_steps=buf.total_steps
+    )
+
+
+def rollout_seed(seed: int, step: int, slot: int) -> int:
+    """Sampling seed of the ``slot``-th task of explore step ``step``.
+
+    A pure function of (seed, step, slot): the rollouts of a step do not depend on which
+    requests the engine happened to batch together, nor on a restart before it.
+    """
+    return int(np.random.SeedSequence([seed % 2**32, step, slot]).generate_state(1)[0])
+
+
 
 class Explorer:
     """Owns the rollout engines, the runner pool and the tasksets."""
@@ -53,9 +80,7 @@ class Explorer:
         ]
         self.model = self.models[0]
         inputs = config.buffer.explorer_input
-        self.taskset = None
-        if inputs.taskset is not None:
-            self.taskset = make_taskset_reader(config, inputs.taskset, batch_size=config.buffer.batch_size, is_eval=False)
+        self.taskset = make_taskset_mix(config)
         self.eval_tasks: dict[str, list[Task]] = {}
         for storage in inputs.eval_tasksets:
             reader = make_taskset_reader(config, storage, batch_size=1, is_eval=True)
@@ -92,6 +117,8 @@ class Explorer:
         for exp in result.experiences:
             exp.info["model_version"] = self.model_version
         metrics = rollout_metrics(result.experiences)
+        for slot, task in enumerate(tasks):
+            task.rollout_args.setdefault("seed", rollout_seed(self.config.seed, step, slot))
         metrics.update(
             {
                 "rollout/failed_tasks": float(result.failed),

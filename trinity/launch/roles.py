@@ -27,6 +27,7 @@ from typing import Any
 import ray
 
 from trinity.config import Config
+from trinity.launch.resume import derived_explorer_state, explorer_state_at, save_explorer_state
 from trinity.launch.run import load_plugins
 from trinity.pipeline import ExperiencePipeline
 from trinity.sync import weights
@@ -108,6 +109,8 @@ class ExplorerRole:
     def run(self, total_steps: int, start_step: int = 0) -> dict[str, Any]:
         cfg = self.config
         evals: list[dict[str, float]] = []
+        if start_step > 0:
+            self._resume(start_step)
         if cfg.explorer.eval_on_startup and start_step == 0:
             self._evaluate(0, evals)
         step = start_step
@@ -129,13 +132,14 @@ class ExplorerRole:
                 metrics["rollout/staleness"] = float(
                     weights.staleness(step, self.explorer.model_version)
                 )
+                # recorded before the trainer can see this step, so a checkpoint of step
+                # N always finds the explorer's state after step N
+                save_explorer_state(self.job_dir, step, self.explorer.state_dict())
                 experiences, pipeline_metrics = self.pipeline.process(experiences)
                 metrics.update(pipeline_metrics)
                 ray.get(self.buffer.put.remote(experiences))
                 self.monitor.log(metrics, step)
                 ray.get(self.sync.report.remote("explorer", step, metrics))
-                meta = {"latest_iteration": step, **self.explorer.state_dict()}
-                ckpt.write_json_atomic(self.job_dir / "explorer_meta.json", meta)
                 self.logger.info("explore step %d ends: %s", step, _brief(metrics))
         finally:
             ray.get(self.buffer.close.remote())
@@ -150,6 +154,15 @@ class ExplorerRole:
             "first_eval": evals[0] if evals else None,
             "last_eval": evals[-1] if evals else None,
         }
+
+    def _resume(self, step: int) -> None:
+        """Continue after ``step``: its taskset position and (mode both) its checkpoint."""
+        state = explorer_state_at(self.job_dir, step) or derived_explorer_state(self.config, step)
+        self.explorer.load_state_dict(state)
+        if self.config.mode == "both":
+            state = ckpt.load_actor_shard(self.job_dir, step, "model")
+            self.explorer.load_weights(self.weights.full_weights(state), step)
+        self.logger.info("resumed the explorer after step %d", step)
 
     def _sync_to(self, version: int) -> None:
         if version <= self.explorer.model_version:
@@ -242,6 +255,8 @@ class TrainerRole:
         keep = cfg.trainer.trainer_config.trainer.max_actor_ckpt_to_keep
         step = completed = start_step
         final_model_dir = None
+        if start_step > 0:
+            self._resume(start_step)
         # explorers of this job in other processes (mode explore) wait for it while running
         weights.set_trainer_status(self.job_dir, "running")
         try:
@@ -272,9 +287,20 @@ class TrainerRole:
             weights.set_trainer_status(self.job_dir, "finished")
             ray.get(self.sync.finish.remote("trainer"))
             self.monitor.close()
-        if export_hf and completed > start_step:
+        if export_hf and completed > 0:
             final_model_dir = str(self.trainer.export_hf(self.job_dir, completed))
         return {"steps": completed, "final_model_dir": final_model_dir}
+
+    def _resume(self, step: int) -> None:
+        """Continue after the full checkpoint of ``step`` (model, optimizer, LR, RNG)."""
+        resumed = self.trainer.load_checkpoint(self.job_dir)
+        if resumed != step:
+            raise RuntimeError(
+                f"asked to resume after step {step} but the newest full checkpoint in "
+                f"{self.job_dir} is step {resumed}"
+            )
+        if self.input.dataset is not None:  # sft/dpo: every step read rows_per_step rows
+            self.input.dataset.reader.load_state_dict({"position": step * self.input.rows_per_step})
 
     def _publish(self, step: int) -> None:
         start = time.perf_counter()

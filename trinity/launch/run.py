@@ -87,17 +87,14 @@ def count_steps(config: Config) -> int:
             "cannot count the train steps of mode train: set buffer.total_steps "
             "(the experience buffer is read as it fills)"
         )
-    from trinity.explorer.explorer import make_taskset_reader
+    from trinity.explorer.explorer import make_taskset_mix
 
-    taskset = config.buffer.explorer_input.taskset
-    if taskset is None:
+    tasksets = make_taskset_mix(config)
+    if tasksets is None:
         raise RunError(
             "cannot count steps: set buffer.total_steps or buffer.explorer_input.taskset"
         )
-    reader = make_taskset_reader(
-        config, taskset, batch_size=config.buffer.batch_size, is_eval=False
-    )
-    return len(reader)
+    return len(tasksets)
 
 
 def run(config: Config, plugin_dirs: Sequence[str | Path] = ()) -> list[dict[str, Any]]:
@@ -185,6 +182,7 @@ def run_stage(
     import ray
 
     from trinity.launch.cluster import connect
+    from trinity.launch.resume import resume_step
     from trinity.launch.roles import ExplorerRole, TrainerRole
     from trinity.launch.trainer_group import start_trainer, write_placement
     from trinity.models.resolve import resolve_model_path
@@ -207,6 +205,8 @@ def run_stage(
     job_dir = get_job_dir(config)
     for sub in ("log", "monitor", "buffer"):
         (job_dir / sub).mkdir(parents=True, exist_ok=True)
+    if config.data_processor.task_pipeline is not None and mode in ("both", "explore"):
+        config = prepare_taskset(config, job_dir)
     (job_dir / "config.yaml").write_text(to_yaml(config))
     model_dir = str(resolve_model_path(config.model.model_path))
     critic_dir = None
@@ -219,6 +219,9 @@ def run_stage(
         f"[trinity] run '{config.project}/{config.name}' (mode {mode}): {total_steps} steps, job dir {job_dir}",
         file=sys.stderr,
     )
+    start_step = resume_step(config, job_dir)
+    if start_step:
+        print(f"[trinity] resuming after step {start_step}", file=sys.stderr)
 
     how = connect(config.cluster.ray_address, config.ray_namespace)
     print(
@@ -244,7 +247,7 @@ def run_stage(
             .remote(config, str(job_dir), model_dir, buffer, synchronizer, plugin_dirs)
         )
         actors.append(explorer)
-        refs["explorer"] = explorer.run.remote(total_steps)
+        refs["explorer"] = explorer.run.remote(total_steps, start_step)
     if mode in ("both", "train"):
         trainer_actors = start_trainer(
             config,
@@ -257,7 +260,7 @@ def run_stage(
         )
         trainer = trainer_actors.lead
         actors.extend(trainer_actors.ranks)
-        refs["trainer"] = trainer.run.remote(total_steps, export_hf=export_final)
+        refs["trainer"] = trainer.run.remote(total_steps, start_step, export_hf=export_final)
     write_placement(job_dir, explorer, trainer_actors)
     results = _follow(
         refs, synchronizer, total_steps, "trainer" if "trainer" in refs else "explorer"
@@ -278,6 +281,38 @@ def run_stage(
         [config.explorer.name, config.trainer.name, _experience_buffer_name(config), *rank_names]
     )
     return _summarise(config, job_dir, results, model_dir)
+
+
+def prepare_taskset(config: Config, job_dir: Path) -> Config:
+    """Run ``data_processor.task_pipeline``; its output becomes the first training taskset.
+
+    The output is ``<job_dir>/buffer/task_pipeline/<taskset name>.jsonl``; the taskset
+    keeps its name, format and rollout settings and reads that file instead of its
+    ``path``. A resumed run (``continue_from_checkpoint``) reuses an existing output, so
+    its tasks are the ones the interrupted run read.
+    """
+    from trinity.pipeline import run_task_pipeline
+
+    inputs = config.buffer.explorer_input
+    if inputs.taskset is None:
+        raise RunError(
+            "data_processor.task_pipeline writes the training taskset: set "
+            "buffer.explorer_input.taskset (its name, format and rollout_args describe the output)"
+        )
+    output = job_dir / "buffer" / "task_pipeline" / f"{inputs.taskset.name}.jsonl"
+    if config.continue_from_checkpoint and output.exists():
+        print(f"[trinity] task pipeline: reusing {output}", file=sys.stderr)
+    else:
+        _, metrics = run_task_pipeline(config.data_processor.task_pipeline, str(output))
+        print(
+            f"[trinity] task pipeline: {metrics['task_pipeline/input']:.0f} tasks in, "
+            f"{metrics['task_pipeline/output']:.0f} out -> {output}",
+            file=sys.stderr,
+        )
+    taskset = replace(inputs.taskset, path=str(output), subset_name=None)
+    tasksets = [taskset, *inputs.tasksets[1:]]
+    explorer_input = replace(inputs, taskset=taskset, tasksets=tasksets)
+    return replace(config, buffer=replace(config.buffer, explorer_input=explorer_input))
 
 
 def _experience_buffer_name(config: Config) -> str:

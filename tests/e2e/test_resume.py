@@ -1,0 +1,246 @@
+"""End to end: a run killed with SIGKILL in the middle of a step and restarted with
+``continue_from_checkpoint: true`` ends with exactly the weights of an uninterrupted run.
+
+Synchronous schedule (sync_interval 1, sync_offset 0), 4 steps, a checkpoint every step,
+two training tasksets (the first prepared by the task pipeline, read shuffled) and two
+concurrent workflow runners. The reward is the share of distinct characters in the
+response, so the tiny random model gets a non-zero GRPO signal and its weights move.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+REPO = Path(__file__).resolve().parents[2]
+SHARD = "actor/model_world_size_1_rank_0.pt"
+
+REWARD_PLUGIN = """
+from trinity.rewards.registry import REWARD_FNS
+
+
+@REWARD_FNS.register("char_variety_reward")
+def char_variety_reward(response: str, truth: object) -> dict[str, float]:
+    return {"variety": len(set(response)) / max(len(response), 1)}
+"""
+
+
+def write_inputs(tmp_path: Path) -> tuple[Path, Path]:
+    """Plugins (the reward) and a config with two tasksets, the first from a task pipeline."""
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "char_variety_reward.py").write_text(REWARD_PLUGIN)
+    raw = tmp_path / "raw.jsonl"
+    # the pipeline keeps the 6 rows of level 0; the second taskset holds 3 rows
+    raw.write_text(
+        "".join(
+            json.dumps({"question": f"{i} + {i + 1} = ?", "answer": str(2 * i + 1), "level": i % 2})
+            + "\n"
+            for i in range(12)
+        )
+    )
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    (extra / "train.jsonl").write_text(
+        "".join(
+            json.dumps({"question": f"{i} * 3 = ?", "answer": str(3 * i)}) + "\n" for i in range(3)
+        )
+    )
+    config = {
+        "project": "trinity-demo",
+        "name": "resume",
+        "mode": "both",
+        "checkpoint_root_dir": "${oc.env:ROOT}",
+        "continue_from_checkpoint": True,
+        "seed": 7,
+        "algorithm": {
+            "algorithm_type": "grpo",
+            "repeat_times": 4,
+            "kl_loss_fn": "none",
+            "optimizer": {"lr": 1e-3},
+        },
+        "model": {
+            "model_path": "${oc.env:MODEL}",
+            "max_prompt_tokens": 64,
+            "max_response_tokens": 16,
+            "dtype": "bfloat16",
+        },
+        "cluster": {"node_num": 1, "gpu_per_node": 0},
+        "buffer": {
+            "batch_size": 3,
+            "total_steps": 4,
+            "explorer_input": {
+                "tasksets": [
+                    {
+                        "name": "sums",
+                        "path": str(raw),
+                        "task_selector": "shuffle",
+                        "format": {"prompt_key": "question", "response_key": "answer"},
+                        "rollout_args": {"temperature": 1.0},
+                    },
+                    {
+                        "name": "products",
+                        "path": str(extra),
+                        "format": {"prompt_key": "question", "response_key": "answer"},
+                        "rollout_args": {"temperature": 1.0},
+                    },
+                ],
+                "default_workflow_type": "math_workflow",
+                "default_reward_fn_type": "char_variety_reward",
+            },
+            "trainer_input": {
+                "experience_buffer": {"name": "resume_buffer", "storage_type": "queue"},
+            },
+        },
+        "data_processor": {
+            "task_pipeline": {
+                "inputs": [str(raw)],
+                "target_fields": ["question", "answer", "level"],
+                "operators": [
+                    {"name": "value_filter", "args": {"key": "level", "keep_values": [0]}}
+                ],
+            },
+        },
+        "explorer": {"runner_per_model": 2, "eval_on_startup": False},
+        "synchronizer": {"sync_method": "memory", "sync_interval": 1, "sync_offset": 0},
+        "trainer": {
+            "save_interval": 1,
+            "enable_gradient_checkpointing": False,
+            "trainer_config": {
+                "actor_rollout_ref": {"actor": {"ppo_micro_batch_size_per_gpu": 12}}
+            },
+        },
+        "monitor": {"monitor_type": "tensorboard"},
+    }
+    path = tmp_path / "resume.yaml"
+    path.write_text(json.dumps(config, indent=1))  # JSON is YAML
+    return path, plugins
+
+
+def command(config: Path, plugins: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "trinity",
+        "run",
+        "--config",
+        str(config),
+        "--plugin-dir",
+        str(plugins),
+    ]
+
+
+def start(args: list[str], log: Path, *, root: Path, model: Path) -> subprocess.Popen:
+    # a session of its own: the run, its Ray processes and actors form one process group
+    env = {**os.environ, "ROOT": str(root), "MODEL": str(model)}
+    with open(log, "w") as out:
+        return subprocess.Popen(
+            args, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+
+def finish(proc: subprocess.Popen, log: Path, timeout: float = 600) -> None:
+    assert proc.wait(timeout=timeout) == 0, log.read_text()[-4000:]
+
+
+def wait_for(predicate, proc: subprocess.Popen, log: Path, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert proc.poll() is None, (
+            f"the run ended before it could be killed:\n{log.read_text()[-4000:]}"
+        )
+        assert time.monotonic() < deadline, "timed out waiting for the run to reach step 3"
+        time.sleep(0.05)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # Ray's processes leave with their parent
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+
+
+def weights(job: Path, step: int) -> dict[str, torch.Tensor]:
+    return torch.load(job / f"global_step_{step}" / SHARD, weights_only=True)
+
+
+def tasks_run(job: Path) -> dict[str, int]:
+    """Tasks per taskset that the explorer's runners finished."""
+    counts: dict[str, int] = {}
+    for log in (job / "log").glob("explorer_runner_*.log"):
+        for name in re.findall(r"task \d+ of '(\w+)' done", log.read_text()):
+            counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_to_the_same_weights(tiny_model_dir: Path, tmp_path: Path) -> None:
+    config, plugins = write_inputs(tmp_path)
+    args = command(config, plugins)
+
+    # the reference: four steps without interruption
+    ref_root, ref_log = tmp_path / "reference", tmp_path / "reference.log"
+    finish(start(args, ref_log, root=ref_root, model=tiny_model_dir), ref_log)
+    ref_job = ref_root / "trinity-demo" / "resume"
+    # the task pipeline wrote the first taskset; every batch drew 2 tasks from it, 1 from the other
+    prepared = ref_job / "buffer" / "task_pipeline" / "sums.jsonl"
+    assert [json.loads(line)["level"] for line in prepared.read_text().splitlines()] == [0] * 6
+    assert "task pipeline: 12 tasks in, 6 out" in ref_log.read_text()
+    assert tasks_run(ref_job) == {"sums": 8, "products": 4}
+
+    # the same run, killed once step 2 is checkpointed and step 3 has begun
+    root = tmp_path / "interrupted"
+    job = root / "trinity-demo" / "resume"
+    killed_log = tmp_path / "killed.log"
+    proc = start(args, killed_log, root=root, model=tiny_model_dir)
+
+    def in_step_3() -> bool:
+        latest = job / "latest_checkpointed_iteration.txt"
+        explorer_log = job / "log" / "explorer.log"
+        return (
+            latest.exists()
+            and latest.read_text().strip() == "2"
+            and explorer_log.exists()
+            and "explore step 3 begins" in explorer_log.read_text()
+        )
+
+    wait_for(in_step_3, proc, killed_log)
+    kill_group(proc)
+    assert (job / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+    assert not (job / "global_step_3" / "actor" / "optim_world_size_1_rank_0.pt").exists()
+    # the explorer's state matching checkpoint 2 was kept, though it ran ahead
+    meta = json.loads((job / "explorer_meta.json").read_text())
+    assert meta["by_step"]["2"]["taskset"]["position"] == 2 * 3  # two batches of 3 tasks
+
+    resumed_log = tmp_path / "resumed.log"
+    finish(start(args, resumed_log, root=root, model=tiny_model_dir), resumed_log)
+    text = resumed_log.read_text()
+    assert "resuming after step 2" in text
+    assert f"task pipeline: reusing {job / 'buffer' / 'task_pipeline' / 'sums.jsonl'}" in text
+    trainer_log = (job / "log" / "trainer.log").read_text()
+    assert "resumed trainer from step 2" in trainer_log
+    assert trainer_log.count("train step 1 begins") == 1  # steps 1 and 2 were not redone
+    assert "resumed the explorer after step 2" in (job / "log" / "explorer.log").read_text()
+
+    initial = load_file(tiny_model_dir / "model.safetensors")
+    expected, got = weights(ref_job, 4), weights(job, 4)
+    assert any(not torch.equal(initial[k], expected[k]) for k in initial), "the policy never moved"
+    assert any(not torch.equal(weights(ref_job, 2)[k], expected[k]) for k in expected)
+    for key, value in expected.items():
+        assert torch.equal(value, got[key]), (key, (value - got[key]).abs().max())
