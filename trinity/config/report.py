@@ -66,6 +66,9 @@ def _explore_lines(cfg: Config) -> list[str]:
         f"rollouts per task (repeat_times): {rollouts}",
         f"experiences per explore step: {buffer.batch_size} x {rollouts} = {buffer.batch_size * rollouts}",
     ]
+    if len(tasksets) > 1:
+        names = ", ".join(t.name for t in tasksets)
+        lines.append(f"training tasksets: {names} (batches draw in proportion to their sizes)")
     if buffer.total_steps is not None:
         lines.append(f"explore steps: {buffer.total_steps} (buffer.total_steps)")
     else:

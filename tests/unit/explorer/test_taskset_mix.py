@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from trinity.buffer.task_reader import TasksetExhausted, TasksetMix, TasksetReader
-from trinity.config import config_from_dict, resolve, validate
+from trinity.config import config_from_dict, dry_run_report, resolve, validate
 from trinity.explorer.explorer import make_taskset_mix, rollout_seed
 from trinity.launch.run import count_steps
 
@@ -80,6 +80,9 @@ def test_batches_draw_in_proportion_to_taskset_sizes(tmp_path: Path) -> None:
     assert read_all(mix) == epoch + epoch
     with pytest.raises(TasksetExhausted, match=r"tasksets \['a', 'b'\] are exhausted after 6"):
         mix.read_batch()
+    assert "training tasksets: a, b (batches draw in proportion to their sizes)" in (
+        dry_run_report(cfg, gpus_available=0, cpus=2)
+    )
 
 
 def test_each_taskset_keeps_its_selector_and_every_task_comes_once_an_epoch(

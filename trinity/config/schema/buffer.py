@@ -105,7 +105,9 @@ class ExplorerInputConfig:
     """What the explorer rolls out."""
 
     taskset: StorageConfig | None = setting(None, "the training taskset (same as tasksets[0])")
-    tasksets: list[StorageConfig] = setting([], "training tasksets; resolve puts taskset first")
+    tasksets: list[StorageConfig] = setting(
+        [], "training tasksets, batches drawn in proportion to their sizes; taskset comes first"
+    )
     eval_tasksets: list[StorageConfig] = setting(
         [], "tasksets evaluated every explorer.eval_interval steps"
     )
@@ -141,7 +143,9 @@ class BufferConfig:
     train_batch_size: int | None = setting(
         None, "experiences per train step; unset: batch_size * algorithm.repeat_times"
     )
-    total_epochs: int = setting(1, "passes over the taskset; ignored when total_steps is set")
+    total_epochs: int = setting(
+        1, "passes over the tasksets (each task once per pass); ignored when total_steps is set"
+    )
     total_steps: int | None = setting(
         None,
         "explore steps of the run (train steps in train mode); unset: from total_epochs and data size",

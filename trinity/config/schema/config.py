@@ -56,7 +56,8 @@ class Config:
     )
     continue_from_checkpoint: bool = setting(
         True,
-        "resume from the latest checkpoint of <project>/<name>; false starts <name>_<timestamp>",
+        "resume after the newest full checkpoint of <project>/<name> (weights, optimizer, "
+        "taskset position); false starts <name>_<timestamp>",
     )
     ray_namespace: str | None = setting(
         None, "Ray namespace of the run's actors; unset: <project>/<name>"

@@ -23,7 +23,9 @@ class TaskPipelineConfig:
     num_process: int = setting(1, "worker processes of the pipeline")
     operators: list[OperatorConfig] = setting([], "operators applied in order")
     inputs: list[str] = setting(
-        [], "raw task files; the output becomes buffer.explorer_input.taskset"
+        [],
+        "raw task files; the output (<job_dir>/buffer/task_pipeline/<taskset name>.jsonl) "
+        "becomes the data of buffer.explorer_input.taskset",
     )
     target_fields: list[str] = setting([], "fields of the raw tasks the operators read and keep")
 
