@@ -32,9 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "examples" / "arithmetic" / "data"
-CONFIG = ROOT / "examples" / "arithmetic" / "grpo.yaml"
+from bench_common import DATA, demo_config
+
 TASKS_PER_STEP = 2
 ROLLOUTS = 8
 MAX_TOKENS = 32
@@ -58,30 +57,20 @@ class TrinityGRPO:
     """The explorer's rollout path and the trainer, in this process."""
 
     def __init__(self, model_dir: Path, tasks: list[dict[str, str]], total_steps: int) -> None:
-        from trinity.config import load_config
         from trinity.models.engine import TransformersEngine
         from trinity.models.wrapper import ModelWrapper
         from trinity.trainer.trainer import Trainer
 
         self._tmp = tempfile.TemporaryDirectory(prefix="grpo-bench-")
-        overrides = [
-            f"model.model_path={model_dir}",
-            f"checkpoint_root_dir={self._tmp.name}",
-            f"buffer.explorer_input.taskset.path={DATA}",
-            f"buffer.explorer_input.eval_tasksets[0].path={DATA}",
-            f"buffer.total_steps={total_steps}",
-            f"algorithm.optimizer.lr={LR}",
-            "algorithm.optimizer.lr_warmup_steps=0",
-            "algorithm.kl_loss_fn=none",
-            "algorithm.use_reference=false",
-            f"algorithm.repeat_times={ROLLOUTS}",
-            f"buffer.batch_size={TASKS_PER_STEP}",
-            f"model.max_response_tokens={MAX_TOKENS}",
-            "trainer.trainer_config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu="
-            f"{TASKS_PER_STEP * ROLLOUTS}",
-            "trainer.trainer_config.actor_rollout_ref.actor.ppo_epochs=1",
-        ]
-        self.config = load_config(CONFIG, overrides)
+        self.config = demo_config(
+            model_dir,
+            self._tmp.name,
+            total_steps=total_steps,
+            lr=LR,
+            rollouts=ROLLOUTS,
+            tasks_per_step=TASKS_PER_STEP,
+            max_tokens=MAX_TOKENS,
+        )
         self.engine = TransformersEngine(
             str(model_dir), dtype=self.config.model.dtype, seed=self.config.seed
         )

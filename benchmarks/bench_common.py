@@ -1,0 +1,48 @@
+"""What the benchmark scripts share: the demo's config with the benchmark's settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "examples" / "arithmetic" / "data"
+CONFIG = ROOT / "examples" / "arithmetic" / "grpo.yaml"
+
+
+def demo_config(
+    model_dir: Path,
+    checkpoint_root: str,
+    *,
+    total_steps: int,
+    lr: float,
+    rollouts: int,
+    tasks_per_step: int,
+    max_tokens: int,
+    dtype: str = "bfloat16",
+    extra: tuple[str, ...] = (),
+) -> Any:
+    """The demo's GRPO config (examples/arithmetic/grpo.yaml) with no KL, no reference
+    model, no LR warm-up, and the whole batch as one micro-batch and one update."""
+    from trinity.config import load_config
+
+    overrides = [
+        f"model.model_path={model_dir}",
+        f"model.dtype={dtype}",
+        f"checkpoint_root_dir={checkpoint_root}",
+        f"buffer.explorer_input.taskset.path={DATA}",
+        f"buffer.explorer_input.eval_tasksets[0].path={DATA}",
+        f"buffer.total_steps={total_steps}",
+        f"algorithm.optimizer.lr={lr}",
+        "algorithm.optimizer.lr_warmup_steps=0",
+        "algorithm.kl_loss_fn=none",
+        "algorithm.use_reference=false",
+        f"algorithm.repeat_times={rollouts}",
+        f"buffer.batch_size={tasks_per_step}",
+        f"model.max_response_tokens={max_tokens}",
+        "trainer.trainer_config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu="
+        f"{tasks_per_step * rollouts}",
+        "trainer.trainer_config.actor_rollout_ref.actor.ppo_epochs=1",
+        *extra,
+    ]
+    return load_config(CONFIG, overrides)

@@ -1,0 +1,139 @@
+"""Trainer throughput: trained tokens/s and achieved FLOP/s against this machine's matmul peak.
+
+    nice -n 15 .venv/bin/python benchmarks/train_throughput.py
+    nice -n 15 .venv/bin/python benchmarks/train_throughput.py --dtype bfloat16 --repeats 2
+
+One ``Trainer.train_step`` (GRPO, one update, no reference model) on a batch of
+``--batch`` synthetic rollouts of ``--prompt`` + ``--response`` tokens with the default
+model, in float32 and in bfloat16 (fp32 master weights, bf16 autocast). The work counted:
+
+    FLOPs = 6 * (non-embedding params) * all tokens          (forward + backward matmuls)
+          + 6 * (LM-head params) * response tokens           (logits only where trained)
+          + 12 * layers * attention width * sum of T^2 / 2   (causal attention, fwd + bwd)
+
+The peak is the best matmul rate measured in the same run for the same dtype, over a few
+shapes like the model's own and a large square one. Printed: tokens/s, achieved FLOP/s and
+its % of that peak.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+from bench_common import demo_config
+
+_SHAPES = [(1024, 576, 1536), (1024, 1536, 576), (2048, 2048, 2048)]
+
+
+def matmul_peak(dtype: torch.dtype, repeats: int = 5) -> float:
+    """Best FLOP/s of ``a @ b`` over a few shapes."""
+    best = 0.0
+    for m, k, n in _SHAPES:
+        a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+        a @ b
+        for _ in range(repeats):
+            start = time.perf_counter()
+            a @ b
+            best = max(best, 2 * m * k * n / (time.perf_counter() - start))
+    return best
+
+
+def model_flops(model: torch.nn.Module, batch: int, prompt: int, response: int) -> float:
+    config = model.config
+    embedding = model.get_input_embeddings().weight
+    head = model.get_output_embeddings().weight
+    dense = sum(p.numel() for p in model.parameters() if p is not embedding and p is not head)
+    width = prompt + response
+    attention_width = config.num_attention_heads * (
+        getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    )
+    attention = 12 * config.num_hidden_layers * attention_width * width * width / 2
+    return batch * (6 * dense * width + 6 * head.numel() * (response + 1) + attention)
+
+
+def synthetic_rollouts(batch: int, group: int, prompt: int, response: int, vocab: int) -> list:
+    from trinity.types import EID, Experience
+
+    gen = torch.Generator().manual_seed(0)
+    return [
+        Experience(
+            tokens=torch.randint(0, vocab, (prompt + response,), generator=gen),
+            prompt_length=prompt,
+            logprobs=-2.0 * torch.rand(response, generator=gen),
+            reward=float(i % 2),
+            eid=EID(batch=0, task=i // group, run=i % group),
+        )
+        for i in range(batch)
+    ]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--dtype", nargs="+", default=["float32", "bfloat16"])
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--prompt", type=int, default=40)
+    parser.add_argument("--response", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3, help="timed steps per dtype")
+    args = parser.parse_args()
+    if min(args.batch, args.prompt, args.response, args.repeats) < 1:
+        parser.error("--batch, --prompt, --response and --repeats must be >= 1")
+
+    from trinity.models.resolve import DEFAULT_MODEL, resolve_model_path
+    from trinity.trainer.trainer import Trainer
+
+    model_dir = resolve_model_path(DEFAULT_MODEL)
+    tokens = args.batch * (args.prompt + args.response)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, model {model_dir.name}")
+    print(
+        f"batch {args.batch} x ({args.prompt} prompt + {args.response} response) tokens "
+        f"= {tokens} tokens per step"
+    )
+    for dtype in args.dtype:
+        peak = matmul_peak(getattr(torch, dtype))
+        with tempfile.TemporaryDirectory(prefix="train-bench-") as tmp:
+            config = demo_config(
+                model_dir,
+                tmp,
+                total_steps=args.repeats + 1,
+                lr=1e-5,
+                rollouts=8,
+                tasks_per_step=max(1, args.batch // 8),
+                max_tokens=args.response,
+                dtype=dtype,
+                extra=(
+                    "trainer.trainer_config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu="
+                    f"{args.batch}",
+                ),
+            )
+            trainer = Trainer(config, model_dir=model_dir, total_steps=args.repeats + 1)
+            experiences = synthetic_rollouts(
+                args.batch, 8, args.prompt, args.response, trainer.tokenizer.vocab_size
+            )
+            flops = model_flops(trainer.model, args.batch, args.prompt, args.response)
+            trainer.train_step(experiences)  # warm-up
+            times = []
+            for _ in range(args.repeats):
+                start = time.perf_counter()
+                trainer.train_step(experiences)
+                times.append(time.perf_counter() - start)
+            del trainer
+        seconds = statistics.median(times)
+        achieved = flops / seconds
+        print(
+            f"{dtype:>8}: {seconds:6.2f} s/step, {tokens / seconds:7.1f} tokens/s, "
+            f"{achieved / 1e9:7.1f} GFLOP/s of {peak / 1e9:7.1f} GFLOP/s matmul peak "
+            f"-> {100 * achieved / peak:5.1f}% of peak",
+            flush=True,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""The trainer's speed levers give the same numbers as the slow paths they replace.
+
+- the rollout engine's logprobs serve as ``old_logprobs`` (no recompute pass): in sync
+  mode they equal the trainer's own forward pass on the same weights;
+- short batches run attention through the math SDPA backend: same logprobs and
+  gradients as the fused kernel;
+- AdamW runs fused: same parameters as the per-tensor loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import pytest
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from trainer_testing import make_config, rollouts
+
+from trinity.models.engine import TransformersEngine
+from trinity.models.wrapper import ModelWrapper
+from trinity.trainer.actor import (
+    MATH_ATTENTION_MAX_SCORES,
+    attention_backend,
+    forward_logprobs,
+)
+from trinity.trainer.batch import collate
+from trinity.trainer.critic import enable_checkpointing
+from trinity.trainer.optim import build_optimizer
+from trinity.trainer.trainer import Trainer
+from trinity.types import EID
+
+
+@pytest.fixture(scope="module")
+def trainer(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Trainer:
+    cfg = make_config(tiny_model_dir, tmp_path_factory.mktemp("levers"), "grpo")
+    return Trainer(cfg, model_dir=tiny_model_dir, total_steps=1)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_rollout_logprobs_equal_the_trainers_recompute(
+    tiny_model_dir: Path, trainer: Trainer, temperature: float
+) -> None:
+    questions = ["What is 2 + 3?", "Name a colour, then count to five."]
+    with TransformersEngine(str(tiny_model_dir), dtype="float32", seed=3) as engine:
+        model = ModelWrapper(engine, max_response_tokens=8)
+        experiences = []
+        for task, question in enumerate(questions):
+            exps = model.chat([{"role": "user", "content": question}], n=4, temperature=temperature)
+            for run, exp in enumerate(exps):
+                exp.eid = EID(batch=0, task=task, run=run)
+            experiences += exps
+    # prompts of different lengths and responses of 1..8 tokens: padding on both sides
+    assert len({e.prompt_length for e in experiences}) == 2
+    batch = collate(experiences, trainer.pad_token_id)
+    with torch.no_grad():
+        recomputed, _ = forward_logprobs(
+            trainer.model, batch, temperature=temperature, compute_dtype=torch.float32
+        )
+    mask = batch.action_mask.bool()
+    assert mask.sum() > len(experiences)
+    torch.testing.assert_close(recomputed[mask], batch.old_logprobs[mask], atol=2e-4, rtol=0)
+
+
+def _logprobs_and_grads(trainer: Trainer, batch, backend: SDPBackend | None):
+    trainer.model.zero_grad(set_to_none=True)
+    context = sdpa_kernel([backend]) if backend is not None else contextlib.nullcontext()
+    with context:
+        logprobs, _ = forward_logprobs(trainer.model, batch, compute_dtype=torch.float32)
+    (logprobs * batch.action_mask).sum().backward()
+    grads = {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
+    trainer.model.zero_grad(set_to_none=True)
+    return logprobs.detach(), grads
+
+
+def test_math_attention_matches_the_fused_kernel(trainer: Trainer) -> None:
+    batch = collate(rollouts(8), trainer.pad_token_id)
+    assert isinstance(attention_backend(trainer.model, batch), type(sdpa_kernel([])))
+    # the default path picks math for this small batch; force the fused kernel to compare
+    math_logprobs, math_grads = _logprobs_and_grads(trainer, batch, None)
+    fused_logprobs, fused_grads = _logprobs_and_grads(trainer, batch, SDPBackend.FLASH_ATTENTION)
+    mask = batch.action_mask.bool()
+    torch.testing.assert_close(math_logprobs[mask], fused_logprobs[mask], atol=1e-5, rtol=1e-5)
+    assert math_grads.keys() == fused_grads.keys() and len(math_grads) > 10
+    for name, grad in math_grads.items():
+        torch.testing.assert_close(grad, fused_grads[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_long_batches_and_checkpointing_keep_the_fused_kernel(trainer: Trainer) -> None:
+    config = trainer.model.config
+    per_row = config.num_attention_heads * config.num_hidden_layers
+    width = int((MATH_ATTENTION_MAX_SCORES / (8 * per_row)) ** 0.5) + 8  # just over budget
+    long = collate(rollouts(8), trainer.pad_token_id)
+    long.input_ids = torch.zeros((8, width), dtype=torch.long)
+    assert isinstance(attention_backend(trainer.model, long), contextlib.nullcontext)
+    short = collate(rollouts(8), trainer.pad_token_id)
+    enable_checkpointing(trainer.model)
+    try:
+        assert isinstance(attention_backend(trainer.model, short), contextlib.nullcontext)
+    finally:
+        disable = getattr(trainer.model, "activation_checkpointing_disable", None)
+        (disable or trainer.model.gradient_checkpointing_disable)()
+    assert not isinstance(attention_backend(trainer.model, short), contextlib.nullcontext)
+
+
+def test_fused_adamw_matches_the_loop() -> None:
+    torch.manual_seed(0)
+    start = [torch.randn(64, 32), torch.randn(32)]
+    fused_params = [torch.nn.Parameter(t.clone()) for t in start]
+    loop_params = [torch.nn.Parameter(t.clone()) for t in start]
+    fused, _ = build_optimizer(
+        fused_params, lr=1e-2, weight_decay=0.1, betas=(0.9, 0.99), total_steps=3
+    )
+    assert fused.defaults["fused"] is True
+    loop = torch.optim.AdamW(loop_params, lr=1e-2, weight_decay=0.1, betas=(0.9, 0.99))
+    for step in range(3):
+        grads = [torch.randn_like(t) * (step + 1) for t in start]
+        for params, optimizer in ((fused_params, fused), (loop_params, loop)):
+            for p, g in zip(params, grads, strict=True):
+                p.grad = g.clone()
+            optimizer.step()
+    for a, b, s in zip(fused_params, loop_params, start, strict=True):
+        assert not torch.equal(a, s)
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
