@@ -79,6 +79,22 @@ def test_connect_joins_running_head(ray_head: dict[str, str]) -> None:
 
 
 @pytest.mark.slow
+def test_connect_joins_running_head_by_its_address(ray_head: dict[str, str]) -> None:
+    # an explicit address (not "auto"): the client must pick up the head's token itself
+    env = {k: v for k, v in ray_head.items() if k != "RAY_AUTH_MODE"}
+    code = (
+        "from trinity.launch.cluster import connect, running_cluster_address\n"
+        "address = running_cluster_address()\n"
+        "host, port = address.rsplit(':', 1)\n"
+        "print(connect(f'127.0.0.1:{port}', 'trinity-test'))\n"
+        "import ray; print(len(ray.nodes()))\n"
+    )
+    result = _python(code, env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines() == ["joined", "1"]
+
+
+@pytest.mark.slow
 def test_token_mismatch_is_reported_not_hidden(ray_head: dict[str, str]) -> None:
     # the head runs with token authentication (Ray's default); this client turns it off
     env = {**ray_head, "RAY_AUTH_MODE": "disabled"}

@@ -64,6 +64,26 @@ def _address_from_environment() -> str:
     return ""
 
 
+def _auth_mode_for(address: str) -> None:
+    """Turn on token authentication for a client joining ``address`` by name.
+
+    ``ray start`` uses token authentication by default, but a client given an explicit
+    address assumes none unless RAY_AUTH_MODE says so (with "auto" Ray reads the local
+    session's settings instead). A token-mode client also joins a cluster without
+    authentication, so the mode is turned on whenever a token is at hand and the user
+    chose no mode. Ray caches its config at import, hence its own helper, which refreshes it.
+    """
+    if address == "auto" or "RAY_AUTH_MODE" in os.environ:
+        return
+    try:
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available,
+        )
+    except ImportError:  # a Ray without token authentication
+        return
+    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+
+
 def connect(ray_address: str | None, namespace: str) -> str:
     """Initialise Ray in this process; returns "joined" or "started"."""
     import ray
@@ -89,6 +109,7 @@ def connect(ray_address: str | None, namespace: str) -> str:
         # "local": a new instance even when a stale /tmp/ray/ray_current_cluster names a dead one
         ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False, **common)
         return "started"
+    _auth_mode_for(address)
     try:
         ray.init(address=address, **common)
     except Exception as exc:
