@@ -253,6 +253,39 @@ def test_wrapper_client_records_history(engine):
         model.close()
 
 
+def test_spawned_wrappers_record_only_their_own_requests(engine):
+    root = ModelWrapper(engine, name=NAME)
+    first, second = root.spawn(enable_history=True), root.spawn(enable_history=True)
+    try:
+        root.serve_openai(api_key=KEY)
+        urls = [first.openai_base_url, second.openai_base_url]
+        assert len(set(urls)) == 2 and all("/scoped/" in u for u in urls)
+        assert all(u.startswith(root.openai_base_url.removesuffix("/v1")) for u in urls)
+        for wrapper, word in ((first, "one"), (second, "two"), (first, "three")):
+            wrapper.get_openai_client().completions.create(model=NAME, prompt=word, max_tokens=2)
+        assert [e.prompt_text for e in first.extract_experience_from_history()] == ["one", "three"]
+        assert [e.prompt_text for e in second.extract_experience_from_history()] == ["two"]
+        assert root.history == []
+        # a closed wrapper's path is gone; the others keep serving
+        first.close()
+        gone = httpx.post(
+            urls[0] + "/completions",
+            json={"model": NAME, "prompt": "x", "max_tokens": 1},
+            headers={"Authorization": f"Bearer {KEY}"},
+            timeout=60,
+        )
+        assert gone.status_code == 404
+        assert gone.json()["error"]["code"] == "scope_not_found"
+        assert "take a new client" in gone.json()["error"]["message"]
+        assert [m.id for m in second.get_openai_client().models.list().data] == [NAME]
+        unknown = httpx.get(
+            urls[1] + "/models", headers={"Authorization": "Bearer wrong"}, timeout=60
+        )
+        assert unknown.status_code == 401
+    finally:
+        root.close()
+
+
 def test_http_engine_gives_the_same_experiences_as_the_local_engine(
     server, model, engine, tiny_model_dir
 ):

@@ -15,16 +15,23 @@ engine together and its request batcher merges them into shared decode batches.
     engines = RolloutEngines.from_config(config, model_dir)
     wrappers = [ModelWrapper(e) for e in engines.engines]
     engines.load_state_dict(state_dict, version=3)  # every replica, local and remote
+
+:class:`ModelReplicas` puts wrappers with the config's token limits on a model's
+engines and serves them on the OpenAI API when the config asks; the explorer builds one
+for the rollout model and one for each auxiliary model (whose engines it also builds:
+they are not trained and never receive weights).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
-from trinity.config import Config
+from trinity.config import Config, InferenceModelConfig
 from trinity.models.engine import TransformersEngine, render_chat
 from trinity.models.sampling import Sample, SamplingParams
+from trinity.models.wrapper import ModelWrapper
 
 # concurrent calls an engine actor serves beyond its runners (weight loads, stats)
 _SPARE_CALLS = 4
@@ -140,24 +147,37 @@ class RolloutEngines:
 
     @classmethod
     def from_config(cls, config: Config, model_dir: str) -> RolloutEngines:
+        """The rollout model's replicas, serving the weights in ``model_dir``."""
         rollout = config.explorer.rollout_model
-        if rollout.engine_num < 1:
-            raise ValueError(
-                f"explorer.rollout_model.engine_num must be >= 1, got {rollout.engine_num}"
-            )
-        base_seed = rollout.seed if rollout.seed is not None else config.seed
+        max_model_len = rollout.max_model_len or config.model.max_model_len
+        return cls.for_model(config, rollout, model_dir, "explorer.rollout_model", max_model_len)
+
+    @classmethod
+    def for_model(
+        cls,
+        config: Config,
+        model: InferenceModelConfig,
+        model_dir: str,
+        path: str,
+        max_model_len: int | None,
+    ) -> RolloutEngines:
+        """``model.engine_num`` replicas of the model in ``model_dir`` (``path`` names its
+        config section in errors): the first in this process, the others Ray actors."""
+        if model.engine_num < 1:
+            raise ValueError(f"{path}.engine_num must be >= 1, got {model.engine_num}")
+        base_seed = model.seed if model.seed is not None else config.seed
 
         def args(i: int) -> dict[str, Any]:
             # each replica its own seed, so replicas do not repeat each other's samples
             return {
                 "model_path": str(model_dir),
-                "dtype": rollout.dtype or config.model.dtype,
-                "max_model_len": rollout.max_model_len or config.model.max_model_len,
+                "dtype": model.dtype or config.model.dtype,
+                "max_model_len": max_model_len,
                 "seed": base_seed + i,
             }
 
         engines: list[TransformersEngine | EngineClient] = [TransformersEngine(**args(0))]
-        for i in range(1, rollout.engine_num):
+        for i in range(1, model.engine_num):
             engines.append(_remote_engine(config, args(i), str(model_dir)))
         return cls(engines)
 
@@ -185,6 +205,99 @@ class RolloutEngines:
     def close(self) -> None:
         for engine in self.engines:
             engine.close()
+
+
+class ModelReplicas:
+    """One model's replicas as workflows call them, and their OpenAI-compatible servers.
+
+    Each replica gets a root :class:`ModelWrapper` (the config's token limits, no
+    history) and a template spawned from it with ``enable_history`` from the config;
+    the runner pool spawns every slot's own wrapper from the templates. With
+    ``enable_openai_api`` each root serves its replica at
+    ``openai_api_host:openai_api_port + i`` (port 0: any free one): requests to the
+    plain ``/v1`` address belong to no workflow and are not recorded, while a slot's
+    wrapper is served under its own ``/scoped/<key>/v1`` path on the same server, so
+    what a workflow sends through ``get_openai_client()`` lands in its own history.
+
+    Args:
+        config: the run's config (model token limits and truncation).
+        model: the model's section, ``explorer.rollout_model`` or an auxiliary model.
+        engines: its replicas.
+        path: the section's key path, for messages.
+        owns_engines: close the engines in :meth:`close` (auxiliary models).
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        model: InferenceModelConfig,
+        engines: RolloutEngines,
+        path: str,
+        *,
+        owns_engines: bool = False,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self.engines = engines
+        self.path = path
+        self.owns_engines = owns_engines
+        name = model.model_path or config.model.model_path
+        self.roots = [
+            ModelWrapper(
+                engine,
+                max_prompt_tokens=model.max_prompt_tokens,
+                max_response_tokens=model.max_response_tokens,
+                min_response_tokens=config.model.min_response_tokens,
+                enable_prompt_truncation=config.model.enable_prompt_truncation,
+                enable_history=False,
+                name=name,
+            )
+            for engine in engines.engines
+        ]
+        self.wrappers = [root.spawn(enable_history=model.enable_history) for root in self.roots]
+        self.base_urls: list[str] = []
+        try:
+            if model.enable_openai_api:
+                for i, root in enumerate(self.roots):
+                    port = model.openai_api_port + i if model.openai_api_port else 0
+                    self.base_urls.append(self._serve(root, model, port))
+                    if logger is not None:
+                        logger.info(
+                            "%s replica %d: OpenAI API at %s (model '%s'%s)",
+                            path, i, self.base_urls[-1], root.name,
+                            ", API key required" if model.openai_api_key else "",
+                        )
+        except BaseException:
+            self.close()
+            raise
+
+    @classmethod
+    def auxiliary(
+        cls, config: Config, index: int, logger: logging.Logger | None = None
+    ) -> ModelReplicas:
+        """``explorer.auxiliary_models[index]``: its engines are built here."""
+        from trinity.models.resolve import resolve_model_path
+
+        model = config.explorer.auxiliary_models[index]
+        path = f"explorer.auxiliary_models[{index}]"
+        if not model.model_path:
+            raise ValueError(f"{path}.model_path is required: the weights the model serves")
+        model_dir = str(resolve_model_path(model.model_path))
+        engines = RolloutEngines.for_model(config, model, model_dir, path, model.max_model_len)
+        return cls(config, model, engines, path, owns_engines=True, logger=logger)
+
+    def _serve(self, root: ModelWrapper, model: InferenceModelConfig, port: int) -> str:
+        try:
+            server = root.serve_openai(model.openai_api_host, port, model.openai_api_key)
+        except OSError as err:
+            raise OSError(str(err).replace("explorer.rollout_model", self.path)) from None
+        return server.base_url
+
+    def close(self) -> None:
+        """Stop the OpenAI servers (and the engines when this owns them)."""
+        for root in self.roots:
+            root.close()
+        if self.owns_engines:
+            self.engines.close()
 
 
 def _remote_engine(

@@ -17,10 +17,9 @@ import numpy as np
 
 from trinity.buffer.task_reader import TasksetExhausted, TasksetMix, TasksetReader
 from trinity.config import Config
-from trinity.explorer.engines import RolloutEngines
+from trinity.explorer.engines import ModelReplicas, RolloutEngines
 from trinity.explorer.metrics import eval_metrics, rollout_metrics
 from trinity.explorer.runner import RunnerPool
-from trinity.models.wrapper import ModelWrapper
 from trinity.types import Experience, Task
 
 import trinity.workflows  # noqa: F401  (registers the built-in workflows)
@@ -74,10 +73,15 @@ class Explorer:
         self.logger = logger or logging.getLogger("trinity.explorer")
         ex = config.explorer
         self.engines = RolloutEngines.from_config(config, str(model_dir))
-        self.models = [
-            ModelWrapper(engine, enable_prompt_truncation=config.model.enable_prompt_truncation)
-            for engine in self.engines.engines
+        # the rollout model first, then explorer.auxiliary_models (never sent weights)
+        self.served = [
+            ModelReplicas(
+                config, ex.rollout_model, self.engines, "explorer.rollout_model", logger=self.logger
+            )
         ]
+        for i in range(len(ex.auxiliary_models)):
+            self.served.append(ModelReplicas.auxiliary(config, i, logger=self.logger))
+        self.models = self.served[0].wrappers
         self.model = self.models[0]
         inputs = config.buffer.explorer_input
         self.taskset = make_taskset_mix(config)
@@ -91,6 +95,7 @@ class Explorer:
             max_timeout=ex.max_timeout,
             max_retry_times=ex.max_retry_times,
             env_vars=ex.env_vars,
+            auxiliary_models=[served.wrappers for served in self.served[1:]],
             log_dir=log_dir,
             log_level=config.log.level,
         )
@@ -161,4 +166,6 @@ class Explorer:
 
     def close(self) -> None:
         self.runners.close()
+        for served in self.served:
+            served.close()
         self.engines.close()

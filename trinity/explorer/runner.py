@@ -4,6 +4,13 @@ The pool has ``runner_per_model x engine_num`` runner slots; slot ``i`` calls ro
 engine ``i % engine_num`` and writes its own log file ``explorer_runner_<i>.log``. The
 engines merge the concurrent requests of their runners into shared decode batches.
 
+Every slot has wrappers of its own (:meth:`ModelWrapper.spawn` of the engine's wrapper,
+and of each auxiliary model's), so with ``enable_history`` a workflow's history holds
+its own calls only, including those it sent through its OpenAI client. The history is
+cleared before every try and after the task, so nothing a failed try recorded reaches
+the next try or task; a timed-out task keeps the wrappers it had (its thread may still
+call them) and its slot gets new ones.
+
 A task runs in a fresh thread on a free slot. If it raises, it is retried up to
 ``max_retry_times`` times; if it neither finishes nor fails within ``max_timeout``
 seconds of starting (all tries included), it is counted as timed out and abandoned:
@@ -45,12 +52,43 @@ class RunResult:
 
 
 @dataclass
+class _Wrappers:
+    """A slot's own wrappers: the rollout model and each auxiliary model."""
+
+    model: Any  # ModelWrapper
+    auxiliary_models: list[Any]
+
+    def clear_history(self) -> None:
+        for wrapper in (self.model, *self.auxiliary_models):
+            wrapper.clear_history()
+
+    def close(self) -> None:
+        """Leave the OpenAI servers: requests to these wrappers' paths then get 404."""
+        for wrapper in (self.model, *self.auxiliary_models):
+            wrapper.close()
+
+
+@dataclass
 class _Slot:
-    """One runner: the model it calls and the log it writes."""
+    """One runner: its own wrappers on the models it calls, and the log it writes."""
 
     index: int
-    model: Any  # ModelWrapper
+    base: Any  # ModelWrapper of the slot's rollout engine; the slot's own are spawned
+    auxiliary_bases: list[Any]  # one ModelWrapper per auxiliary model
     logger: logging.Logger
+    wrappers: _Wrappers | None = None
+
+    @property
+    def model(self) -> Any:
+        return self.wrappers.model
+
+    def renew(self) -> None:
+        """New wrappers for the next task; the old ones stay with whoever holds them."""
+        if self.wrappers is not None:
+            self.wrappers.close()
+        self.wrappers = _Wrappers(
+            self.base.spawn(), [aux.spawn() for aux in self.auxiliary_bases]
+        )
 
 
 @dataclass
@@ -61,7 +99,12 @@ class _Outcome:
 
 
 class RunnerPool:
-    """``num_runners`` concurrent workflow runners spread over ``models`` (one per engine)."""
+    """``num_runners`` concurrent workflow runners spread over ``models`` (one per engine).
+
+    ``auxiliary_models``: one entry per auxiliary model, a ModelWrapper or a list of
+    them (one per replica; slot ``i`` calls replica ``i % len``). Workflows get them, in
+    this order, as ``auxiliary_models``.
+    """
 
     def __init__(
         self,
@@ -71,7 +114,7 @@ class RunnerPool:
         max_timeout: float,
         max_retry_times: int,
         env_vars: dict[str, str] | None = None,
-        auxiliary_models: list | None = None,
+        auxiliary_models: Sequence[Any] | None = None,
         log_dir: Path | None = None,
         log_level: str = "INFO",
     ) -> None:
@@ -83,7 +126,9 @@ class RunnerPool:
             raise ValueError(f"explorer.max_timeout must be > 0 seconds, got {max_timeout}")
         if max_retry_times < 0:
             raise ValueError(f"explorer.max_retry_times must be >= 0, got {max_retry_times}")
-        self.auxiliary_models = auxiliary_models or []
+        self.auxiliary_models = [
+            list(m) if isinstance(m, (list, tuple)) else [m] for m in auxiliary_models or []
+        ]
         self.max_timeout = max_timeout
         self.max_retry_times = max_retry_times
         # runners are threads of this process: the variables reach every workflow
@@ -93,10 +138,13 @@ class RunnerPool:
             _Slot(
                 i,
                 models[i % len(models)],
+                [replicas[i % len(replicas)] for replicas in self.auxiliary_models],
                 get_actor_logger(f"explorer_runner_{i}", log_dir, level=log_level),
             )
             for i in range(num_runners)
         ]
+        for slot in self.slots:
+            slot.renew()
         self.loggers = [slot.logger for slot in self.slots]
         self._abandoned: list[threading.Thread] = []
         self._closed = False
@@ -124,7 +172,8 @@ class RunnerPool:
                 token = next(tokens)
                 thread = threading.Thread(
                     target=self._work,
-                    args=(slot, task, batch_id, token, finished),
+                    # the thread keeps these wrappers even if the slot is renewed
+                    args=(slot.logger, slot.wrappers, task, batch_id, token, finished),
                     name=f"runner-{slot.index}",
                     daemon=True,
                 )
@@ -169,6 +218,7 @@ class RunnerPool:
             )
             result.timed_out += 1
             self._abandoned.append(thread)
+            slot.renew()
             free.append(slot)
         if self.abandoned_running:
             self.slots[0].logger.warning(
@@ -177,17 +227,29 @@ class RunnerPool:
             )
 
     def _work(
-        self, slot: _Slot, task: Task, batch_id: int | str, token: int, finished: queue.Queue
+        self,
+        logger: logging.Logger,
+        wrappers: _Wrappers,
+        task: Task,
+        batch_id: int | str,
+        token: int,
+        finished: queue.Queue,
     ) -> None:
-        finished.put((token, self._run_with_retries(slot, task, batch_id)))
+        outcome = self._run_with_retries(logger, wrappers, task, batch_id)
+        wrappers.clear_history()  # what the workflow did not extract
+        finished.put((token, outcome))
 
-    def _run_with_retries(self, slot: _Slot, task: Task, batch_id: int | str) -> _Outcome:
-        logger = slot.logger
+    def _run_with_retries(
+        self, logger: logging.Logger, wrappers: _Wrappers, task: Task, batch_id: int | str
+    ) -> _Outcome:
         attempts = self.max_retry_times + 1
         for attempt in range(attempts):
+            wrappers.clear_history()  # a failed try's calls are not this try's
             try:
                 workflow_cls = WORKFLOWS.get(task.workflow)
-                workflow = workflow_cls(task, slot.model, self.auxiliary_models, logger=logger)
+                workflow = workflow_cls(
+                    task, wrappers.model, wrappers.auxiliary_models, logger=logger
+                )
                 start = time.perf_counter()
                 experiences = workflow.run()
                 rewards = [e.reward for e in experiences]
@@ -220,3 +282,5 @@ class RunnerPool:
     def close(self) -> None:
         """Stop accepting work; abandoned threads are daemons and die with the process."""
         self._closed = True
+        for slot in self.slots:
+            slot.wrappers.close()

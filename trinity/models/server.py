@@ -21,6 +21,12 @@ get 401.
 
     server = OpenAIServer({"policy": wrapper}, host="127.0.0.1", port=0, api_key=None)
     server.start()  # uvicorn in a daemon thread; server.base_url is http://host:port/v1
+
+Scopes: one server can also serve other wrappers on the same engine, each under its own
+path ``/scoped/<key>/v1/...`` (:meth:`OpenAIServer.add_scope`). A request to a scope
+goes through that scope's wrapper, so it is recorded in that wrapper's history and
+nowhere else: the explorer gives every runner its own wrapper, and a workflow's client
+(whose base URL is its wrapper's scope) only ever records into its own.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import secrets
 import socket
 import threading
 import time
@@ -152,10 +159,16 @@ class CompletionRequest(_Sampling):
 # ---- app --------------------------------------------------------------------------------
 
 
-def create_app(models: dict[str, ModelWrapper], api_key: str | None = None) -> FastAPI:
-    """The FastAPI app serving ``models`` by name."""
+def create_app(
+    models: dict[str, ModelWrapper],
+    api_key: str | None = None,
+    scopes: dict[str, dict[str, ModelWrapper]] | None = None,
+) -> FastAPI:
+    """The FastAPI app serving ``models`` by name at ``/v1`` and each of ``scopes`` (a
+    live dict: scopes may come and go while serving) at ``/scoped/<key>/v1``."""
     if not models:
         raise ValueError("create_app needs at least one model")
+    scopes = scopes if scopes is not None else {}
     app = FastAPI(title="trinity OpenAI-compatible API", docs_url=None, redoc_url=None)
 
     @app.middleware("http")
@@ -197,101 +210,132 @@ def create_app(models: dict[str, ModelWrapper], api_key: str | None = None) -> F
         logger.exception("request failed")
         return APIError(500, f"internal error: {exc!r}", type="server_error").response()
 
-    def pick(name: str) -> ModelWrapper:
-        if name not in models:
+    def scoped(key: str) -> dict[str, ModelWrapper]:
+        served = scopes.get(key)
+        if served is None:
             raise APIError(
                 404,
-                f"the model '{name}' does not exist; this server serves {sorted(models)}",
+                f"nothing is served under /scoped/{key}: the wrapper it belonged to was closed "
+                "(its task finished or timed out); take a new client from the workflow's model",
+                code="scope_not_found",
+            )
+        return served
+
+    def pick(name: str, served: dict[str, ModelWrapper]) -> ModelWrapper:
+        if name not in served:
+            raise APIError(
+                404,
+                f"the model '{name}' does not exist; this server serves {sorted(served)}",
                 param="model",
                 code="model_not_found",
             )
-        return models[name]
+        return served[name]
 
     @app.get("/v1/models")
     async def list_models() -> dict[str, Any]:
-        data = [
-            {
-                "id": name,
-                "object": "model",
-                "created": 0,
-                "owned_by": "trinity",
-                "max_model_len": wrapper.engine.max_model_len,
-            }
-            for name, wrapper in models.items()
-        ]
-        return {"object": "list", "data": data}
+        return _list_models(models)
+
+    @app.get("/scoped/{key}/v1/models")
+    async def scoped_list_models(key: str) -> dict[str, Any]:
+        return _list_models(scoped(key))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest) -> dict[str, Any]:
-        wrapper = pick(body.model)
-        if body.tools:
-            raise APIError(
-                400, "tools are not supported; describe tools in the messages", param="tools"
-            )
-        args = body.rollout_args()
-        args["max_tokens"] = body.max_completion_tokens or body.max_tokens
-        messages = [m.as_dict() for m in body.messages]
-        experiences = await _call(wrapper.achat(messages, body.n, response_limits=False, **args))
-        top = body.top_logprobs or 0
-        choices = []
-        for i, exp in enumerate(experiences):
-            logprobs = None
-            if body.logprobs:
-                content = await asyncio.to_thread(
-                    _token_logprobs, wrapper, exp, top, args["temperature"]
-                )
-                logprobs = {"content": content}
-            choices.append(
-                {
-                    "index": i,
-                    "message": {"role": "assistant", "content": exp.response_text},
-                    "finish_reason": exp.info["finish_reason"],
-                    "logprobs": logprobs,
-                    "token_ids": exp.response_tokens.tolist(),
-                }
-            )
-        return _envelope("chat.completion", body.model, body.n, experiences, choices)
+        return await _chat(body, pick(body.model, models))
+
+    @app.post("/scoped/{key}/v1/chat/completions")
+    async def scoped_chat_completions(key: str, body: ChatCompletionRequest) -> dict[str, Any]:
+        return await _chat(body, pick(body.model, scoped(key)))
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest) -> dict[str, Any]:
-        wrapper = pick(body.model)
-        if body.echo:
-            raise APIError(400, "echo=true is not supported", param="echo")
-        prompts = _prompt_list(body.prompt)
-        args = body.rollout_args()
-        experiences = await _call(wrapper.agenerate(prompts, body.n, response_limits=False, **args))
-        choices = []
-        for i, exp in enumerate(experiences):
-            logprobs = None
-            if body.logprobs is not None:
-                entries = await asyncio.to_thread(
-                    _token_logprobs, wrapper, exp, body.logprobs, args["temperature"]
-                )
-                offsets, offset = [], 0
-                for entry in entries:
-                    offsets.append(offset)
-                    offset += len(entry["token"])
-                logprobs = {
-                    "tokens": [e["token"] for e in entries],
-                    "token_logprobs": [e["logprob"] for e in entries],
-                    "top_logprobs": [
-                        {t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries
-                    ],
-                    "text_offset": offsets,
-                }
-            choices.append(
-                {
-                    "index": i,
-                    "text": exp.response_text,
-                    "finish_reason": exp.info["finish_reason"],
-                    "logprobs": logprobs,
-                    "token_ids": exp.response_tokens.tolist(),
-                    "prompt_token_ids": exp.tokens[: exp.prompt_length].tolist(),
-                }
-            )
-        return _envelope("text_completion", body.model, body.n, experiences, choices)
+        return await _complete(body, pick(body.model, models))
+
+    @app.post("/scoped/{key}/v1/completions")
+    async def scoped_completions(key: str, body: CompletionRequest) -> dict[str, Any]:
+        return await _complete(body, pick(body.model, scoped(key)))
 
     return app
+
+
+def _list_models(models: dict[str, ModelWrapper]) -> dict[str, Any]:
+    data = [
+        {
+            "id": name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "trinity",
+            "max_model_len": wrapper.engine.max_model_len,
+        }
+        for name, wrapper in models.items()
+    ]
+    return {"object": "list", "data": data}
+
+
+async def _chat(body: ChatCompletionRequest, wrapper: ModelWrapper) -> dict[str, Any]:
+    if body.tools:
+        raise APIError(400, "tools are not supported; describe tools in the messages", param="tools")
+    args = body.rollout_args()
+    args["max_tokens"] = body.max_completion_tokens or body.max_tokens
+    messages = [m.as_dict() for m in body.messages]
+    experiences = await _call(wrapper.achat(messages, body.n, response_limits=False, **args))
+    top = body.top_logprobs or 0
+    choices = []
+    for i, exp in enumerate(experiences):
+        logprobs = None
+        if body.logprobs:
+            content = await asyncio.to_thread(
+                _token_logprobs, wrapper, exp, top, args["temperature"]
+            )
+            logprobs = {"content": content}
+        choices.append(
+            {
+                "index": i,
+                "message": {"role": "assistant", "content": exp.response_text},
+                "finish_reason": exp.info["finish_reason"],
+                "logprobs": logprobs,
+                "token_ids": exp.response_tokens.tolist(),
+            }
+        )
+    return _envelope("chat.completion", body.model, body.n, experiences, choices)
+
+
+async def _complete(body: CompletionRequest, wrapper: ModelWrapper) -> dict[str, Any]:
+    if body.echo:
+        raise APIError(400, "echo=true is not supported", param="echo")
+    prompts = _prompt_list(body.prompt)
+    args = body.rollout_args()
+    experiences = await _call(wrapper.agenerate(prompts, body.n, response_limits=False, **args))
+    choices = []
+    for i, exp in enumerate(experiences):
+        logprobs = None
+        if body.logprobs is not None:
+            entries = await asyncio.to_thread(
+                _token_logprobs, wrapper, exp, body.logprobs, args["temperature"]
+            )
+            offsets, offset = [], 0
+            for entry in entries:
+                offsets.append(offset)
+                offset += len(entry["token"])
+            logprobs = {
+                "tokens": [e["token"] for e in entries],
+                "token_logprobs": [e["logprob"] for e in entries],
+                "top_logprobs": [
+                    {t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries
+                ],
+                "text_offset": offsets,
+            }
+        choices.append(
+            {
+                "index": i,
+                "text": exp.response_text,
+                "finish_reason": exp.info["finish_reason"],
+                "logprobs": logprobs,
+                "token_ids": exp.response_tokens.tolist(),
+                "prompt_token_ids": exp.tokens[: exp.prompt_length].tolist(),
+            }
+        )
+    return _envelope("text_completion", body.model, body.n, experiences, choices)
 
 
 async def _call(coro: Any) -> list[Experience]:
@@ -394,6 +438,7 @@ class OpenAIServer:
         self.host = host
         self.port = port
         self.api_key = api_key or None
+        self.scopes: dict[str, dict[str, ModelWrapper]] = {}
         self._server: Any = None
         self._thread: threading.Thread | None = None
 
@@ -403,6 +448,21 @@ class OpenAIServer:
         if ":" in host:
             host = f"[{host}]"
         return f"http://{host}:{self.port}/v1"
+
+    def add_scope(self, models: dict[str, ModelWrapper]) -> str:
+        """Serve ``models`` under a new path of their own; returns its base URL,
+        ``http://host:port/scoped/<key>/v1`` (the key is random, so scopes never collide)."""
+        key = secrets.token_hex(8)
+        self.scopes[key] = models
+        return self.scoped_base_url(key)
+
+    def scoped_base_url(self, key: str) -> str:
+        return self.base_url.removesuffix("/v1") + f"/scoped/{key}/v1"
+
+    def remove_scope(self, base_url: str) -> None:
+        """Stop serving the scope whose base URL :meth:`add_scope` returned."""
+        key = base_url.removesuffix("/v1").rsplit("/", 1)[-1]
+        self.scopes.pop(key, None)
 
     def start(self, timeout: float = 30.0) -> OpenAIServer:
         """Bind the port and serve in the background; returns once requests are accepted."""
@@ -421,7 +481,9 @@ class OpenAIServer:
             ) from None
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(
-            create_app(self.models, self.api_key), log_level="warning", access_log=False
+            create_app(self.models, self.api_key, self.scopes),
+            log_level="warning",
+            access_log=False,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(

@@ -9,6 +9,9 @@ With ``enable_history`` every call's experiences are also kept, in call order, u
 :meth:`ModelWrapper.extract_experience_from_history` hands them over. Calls made through
 the OpenAI-compatible endpoint (:meth:`ModelWrapper.get_openai_client`) go through the
 same methods, so agent code written against the ``openai`` client yields experiences too.
+:meth:`ModelWrapper.spawn` makes another wrapper on the same engine with a history of its
+own; its OpenAI client reaches the same server under a path of its own, so concurrent
+workflows, each with its own spawned wrapper, never see each other's calls.
 
     model = ModelWrapper(TransformersEngine("SmolLM2-135M-Instruct"), enable_history=True)
     exps = model.chat([{"role": "user", "content": "2+3?"}], n=4, temperature=1.0)
@@ -99,6 +102,27 @@ class ModelWrapper:
         self._history_lock = threading.Lock()
         self._server: OpenAIServer | None = None
         self._server_lock = threading.Lock()
+        self._parent: ModelWrapper | None = None  # set by spawn
+        self._scope: tuple[OpenAIServer, str] | None = None  # (parent's server, scoped URL)
+
+    def spawn(self, enable_history: bool | None = None) -> ModelWrapper:
+        """Another wrapper on the same engine: same settings, an empty history of its own.
+
+        Wrappers are cheap (the engine is shared). The new one's OpenAI endpoint is this
+        wrapper's server, started on first use, which serves it under a path of its own:
+        requests sent through its client are recorded in its history only.
+        """
+        child = ModelWrapper(
+            self.engine,
+            max_prompt_tokens=self.max_prompt_tokens,
+            max_response_tokens=self.max_response_tokens,
+            min_response_tokens=self.min_response_tokens,
+            enable_prompt_truncation=self.enable_prompt_truncation,
+            enable_history=self.enable_history if enable_history is None else enable_history,
+            name=self.name,
+        )
+        child._parent = self._parent or self  # the wrapper that owns the server
+        return child
 
     @property
     def model_version(self) -> int:
@@ -216,14 +240,29 @@ class ModelWrapper:
             return merge_conversations(experiences, self.tokenizer)
         return experiences
 
+    def clear_history(self) -> None:
+        """Drop every recorded experience."""
+        with self._history_lock:
+            self.history.clear()
+
     # ---- OpenAI-compatible endpoint --------------------------------------------------
 
     def serve_openai(
         self, host: str = "127.0.0.1", port: int = 0, api_key: str | None = None
     ) -> OpenAIServer:
-        """Start (once) an OpenAI-compatible HTTP server on this model, in a thread."""
+        """Start (once) an OpenAI-compatible HTTP server on this model, in a thread.
+
+        A spawned wrapper uses its parent's server (started with these settings if it
+        is not running yet), which serves this wrapper under its own path.
+        """
         from trinity.models.server import OpenAIServer
 
+        if self._parent is not None:
+            server = self._parent.serve_openai(host, port, api_key)
+            with self._server_lock:
+                if self._scope is None or self._scope[0] is not server:
+                    self._scope = (server, server.add_scope({self.name: self}))
+            return server
         with self._server_lock:
             if self._server is None:
                 self._server = OpenAIServer(
@@ -234,25 +273,37 @@ class ModelWrapper:
 
     @property
     def openai_base_url(self) -> str:
-        """``http://host:port/v1`` of this model's endpoint (started on first use)."""
-        return self.serve_openai().base_url
+        """Base URL of this model's endpoint (started on first use): ``http://host:port/v1``,
+        or ``http://host:port/scoped/<key>/v1`` for a spawned wrapper."""
+        server = self.serve_openai()
+        return self._scope[1] if self._scope is not None else server.base_url
 
     def get_openai_client(self) -> Any:
         """An ``openai.OpenAI`` client onto this model; pass ``model=wrapper.name``."""
         import openai
 
-        server = self.serve_openai()
-        return openai.OpenAI(base_url=server.base_url, api_key=server.api_key or "EMPTY")
+        base_url = self.openai_base_url
+        return openai.OpenAI(base_url=base_url, api_key=self._api_key() or "EMPTY")
 
     def get_openai_async_client(self) -> Any:
         """An ``openai.AsyncOpenAI`` client onto this model."""
         import openai
 
-        server = self.serve_openai()
-        return openai.AsyncOpenAI(base_url=server.base_url, api_key=server.api_key or "EMPTY")
+        base_url = self.openai_base_url
+        return openai.AsyncOpenAI(base_url=base_url, api_key=self._api_key() or "EMPTY")
+
+    def _api_key(self) -> str | None:
+        return self.serve_openai().api_key
 
     def close(self) -> None:
-        """Stop this model's OpenAI endpoint, if one was started (the engine stays up)."""
+        """Stop this model's OpenAI endpoint, if one was started (the engine stays up);
+        a spawned wrapper only leaves its parent's server."""
+        if self._parent is not None:
+            with self._server_lock:
+                if self._scope is not None:
+                    self._scope[0].remove_scope(self._scope[1])
+                    self._scope = None
+            return
         with self._server_lock:
             if self._server is not None:
                 self._server.stop()

@@ -11,7 +11,7 @@ import os
 import threading
 from pathlib import Path
 
-from trinity.types import Experience
+from trinity.types import Experience, Task
 from trinity.workflows.base import Workflow
 from trinity.workflows.registry import WORKFLOWS
 
@@ -42,6 +42,22 @@ class BehaviourWorkflow(Workflow):
             exp.eid.run = run
             exp.info["env"] = os.environ.get("TRINITY_TEST_ENV")
         return experiences
+
+
+def behaviour_task(
+    index: int, behaviour: str, workflow: str = "behaviour_test_workflow", **rollout_args
+) -> Task:
+    """One task of ``workflow`` with the given ``behaviour``, outside any taskset."""
+    return Task(
+        raw={"question": "1 + 1 = ?", "behaviour": behaviour},
+        workflow=workflow,
+        reward_fn=None,
+        repeat_times=1,
+        taskset="t",
+        index=index,
+        rollout_args=rollout_args,
+        format={"prompt_key": "question"},
+    )
 
 
 def write_tasks(directory: Path, split: str, behaviours: list[str]) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from behaviour_workflow import RELEASE, behaviour_config, write_tasks
+from behaviour_workflow import RELEASE, behaviour_config, behaviour_task, write_tasks
 
 from trinity.explorer.explorer import Explorer
 from trinity.explorer.runner import RunnerPool
@@ -63,16 +63,7 @@ def test_hung_runner_slot_is_replaced(tiny_model_dir: Path, tmp_path: Path) -> N
     )
 
     def task(index: int, behaviour: str) -> Task:
-        return Task(
-            raw={"question": "1 + 1 = ?", "behaviour": behaviour},
-            workflow="behaviour_test_workflow",
-            reward_fn=None,
-            repeat_times=1,
-            taskset="t",
-            index=index,
-            rollout_args={"max_tokens": 3},
-            format={"prompt_key": "question"},
-        )
+        return behaviour_task(index, behaviour, max_tokens=3)
 
     try:
         first = pool.run_tasks([task(0, "hang")], batch_id=1)
