@@ -203,6 +203,10 @@ def test_killed_run_resumes_to_the_same_weights(tiny_model_dir: Path, tmp_path: 
     assert [json.loads(line)["level"] for line in prepared.read_text().splitlines()] == [0] * 6
     assert "task pipeline: 12 tasks in, 6 out" in ref_log.read_text()
     assert tasks_run(ref_job) == {"sums": 8, "products": 4}
+    rows = (ref_job / "monitor" / "resume_explorer_metrics.jsonl").read_text().splitlines()
+    steps = [json.loads(row) for row in rows]
+    assert [r["rollout/taskset/sums/num_experiences"] for r in steps] == [8.0] * 4  # 2 tasks x 4
+    assert [r["rollout/taskset/products/num_experiences"] for r in steps] == [4.0] * 4
 
     # the same run, killed once step 2 is checkpointed and step 3 has begun
     root = tmp_path / "interrupted"

@@ -17,10 +17,10 @@ needs the position to resume at exactly the next batch.
 Several training tasksets (``buffer.explorer_input.tasksets``) are read by a
 ``TasksetMix``: one epoch of the mix is one epoch of every taskset, interleaved in
 proportion to their sizes, so each batch holds tasks of each taskset about in the ratio
-of their sizes (tasksets of 100 and 50 rows give batches of 4 two-thirds from the first).
-Each taskset keeps its own selector. ``total_epochs`` counts epochs of the mix (every
-task of every taskset once); ``total_steps`` cuts the mixed stream after that many
-batches. A mix of one taskset reads exactly what that taskset's reader reads.
+of their sizes (tasksets of 100 and 50 rows, batches of 3: two tasks from the first and
+one from the second). Each taskset keeps its own selector. ``total_epochs`` counts
+epochs of the mix (every task of every taskset once); ``total_steps`` cuts the mixed
+stream after that many batches. A mix of one taskset reads what its reader reads.
 
 Rows that lack the prompt key or hold the wrong type there, or cannot be parsed, stop
 the reader with an error naming file, line and key; with ``skip_invalid_rows: true``

@@ -9,6 +9,7 @@ these (and talks to the buffer and synchronizer) lives in ``trinity.launch``.
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import numpy as np
 from trinity.buffer.task_reader import TasksetExhausted, TasksetMix, TasksetReader
 from trinity.config import Config
 from trinity.explorer.engines import ModelReplicas, RolloutEngines
-from trinity.explorer.metrics import eval_metrics, rollout_metrics
+from trinity.explorer.metrics import eval_metrics, rollout_metrics, score
 from trinity.explorer.runner import RunnerPool
 from trinity.types import Experience, Task
 
@@ -63,6 +64,20 @@ def rollout_seed(seed: int, step: int, slot: int) -> int:
     """
     return int(np.random.SeedSequence([seed % 2**32, step, slot]).generate_state(1)[0])
 
+
+
+def taskset_metrics(experiences: list[Experience]) -> dict[str, float]:
+    """``rollout/taskset/<name>/...``: the rollouts of each training taskset in a step."""
+    by_taskset: dict[str, list[Experience]] = {}
+    for exp in experiences:
+        by_taskset.setdefault(str(exp.info.get("taskset", "")), []).append(exp)
+    metrics: dict[str, float] = {}
+    for name, exps in by_taskset.items():
+        prefix = f"rollout/taskset/{name}"
+        metrics[f"{prefix}/reward/mean"] = statistics.fmean(float(e.reward or 0.0) for e in exps)
+        metrics[f"{prefix}/accuracy/mean"] = statistics.fmean(score(e) for e in exps)
+        metrics[f"{prefix}/num_experiences"] = float(len(exps))
+    return metrics
 
 
 class Explorer:
@@ -117,13 +132,15 @@ class Explorer:
             tasks = self.taskset.read_batch()
         except TasksetExhausted:
             return None
+        for slot, task in enumerate(tasks):
+            task.rollout_args.setdefault("seed", rollout_seed(self.config.seed, step, slot))
         start = time.perf_counter()
         result = self.runners.run_tasks(tasks, batch_id=step)
         for exp in result.experiences:
             exp.info["model_version"] = self.model_version
         metrics = rollout_metrics(result.experiences)
-        for slot, task in enumerate(tasks):
-            task.rollout_args.setdefault("seed", rollout_seed(self.config.seed, step, slot))
+        if len(self.taskset.readers) > 1:
+            metrics.update(taskset_metrics(result.experiences))
         metrics.update(
             {
                 "rollout/failed_tasks": float(result.failed),

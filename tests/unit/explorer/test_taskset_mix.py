@@ -8,11 +8,13 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+import torch
 
 from trinity.buffer.task_reader import TasksetExhausted, TasksetMix, TasksetReader
 from trinity.config import config_from_dict, dry_run_report, resolve, validate
-from trinity.explorer.explorer import make_taskset_mix, rollout_seed
+from trinity.explorer.explorer import make_taskset_mix, rollout_seed, taskset_metrics
 from trinity.launch.run import count_steps
+from trinity.types import Experience
 
 
 def write_taskset(directory: Path, prefix: str, n: int) -> str:
@@ -189,3 +191,25 @@ def test_rollout_seeds_are_a_function_of_seed_step_and_slot() -> None:
     assert rollout_seed(42, 3, 1) == rollout_seed(42, 3, 1)
     assert rollout_seed(42, 3, 1) != rollout_seed(43, 3, 1)
     assert all(0 <= s < 2**32 for s in seeds)
+
+
+def test_taskset_metrics_split_a_step_by_taskset() -> None:
+    def exp(taskset: str, reward: float, accuracy: float | None = None) -> Experience:
+        metrics = {} if accuracy is None else {"reward/accuracy": accuracy}
+        return Experience(
+            tokens=torch.tensor([1, 2, 3]),
+            prompt_length=2,
+            reward=reward,
+            info={"taskset": taskset},
+            metrics=metrics,
+        )
+
+    metrics = taskset_metrics([exp("a", 1.0, 1.0), exp("a", 0.5, 0.0), exp("b", 0.25)])
+    assert metrics == {
+        "rollout/taskset/a/reward/mean": 0.75,  # (1 + 0.5) / 2
+        "rollout/taskset/a/accuracy/mean": 0.5,  # (1 + 0) / 2
+        "rollout/taskset/a/num_experiences": 2.0,
+        "rollout/taskset/b/reward/mean": 0.25,
+        "rollout/taskset/b/accuracy/mean": 0.25,  # no accuracy component: the reward
+        "rollout/taskset/b/num_experiences": 1.0,
+    }
