@@ -1,5 +1,6 @@
 """The explorer's taskset state on disk: kept per step for the checkpoints that may
-name it, and found again when a run resumes; the task pipeline prepared at launch."""
+the task pipeline prepared at launch; an explorer resumed from that state rolls out
+what an uninterrupted one does."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+import torch
 
-from trinity.config import config_from_dict, resolve
-from trinity.explorer.explorer import make_taskset_mix
+from trinity.config import config_from_dict, load_config, resolve
+from trinity.explorer.explorer import Explorer, make_taskset_mix
 from trinity.launch.resume import (
     derived_explorer_state,
     explorer_state_at,
@@ -19,6 +21,8 @@ from trinity.launch.resume import (
 )
 from trinity.launch.run import RunError, prepare_taskset
 from trinity.trainer import checkpoint as ckpt
+
+DEMO = Path(__file__).resolve().parents[3] / "examples" / "arithmetic" / "grpo.yaml"
 
 
 def make_config(tmp_path: Path, **top) -> object:
@@ -150,3 +154,42 @@ def test_task_pipeline_needs_a_taskset_to_describe_its_output(tmp_path: Path) ->
     cfg.buffer.explorer_input.taskset = None
     with pytest.raises(RunError, match="set buffer.explorer_input.taskset"):
         prepare_taskset(cfg, tmp_path / "job")
+
+
+def test_a_resumed_explorer_rolls_out_what_an_uninterrupted_one_does(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    config = load_config(
+        DEMO,
+        [
+            f"model.model_path={tiny_model_dir}",
+            f"checkpoint_root_dir={tmp_path}",
+            "continue_from_checkpoint=true",
+            "model.max_response_tokens=8",
+            "algorithm.repeat_times=2",
+            "buffer.explorer_input.taskset.task_selector=shuffle",
+            "buffer.explorer_input.eval_tasksets=[]",
+            "explorer.runner_per_model=2",
+        ],
+    )
+    uninterrupted = Explorer(config, model_dir=tiny_model_dir, log_dir=tmp_path / "a")
+    try:
+        first, _ = uninterrupted.explore_step(1)
+        state = json.loads(json.dumps(uninterrupted.state_dict()))
+        expected, _ = uninterrupted.explore_step(2)
+    finally:
+        uninterrupted.close()
+    # a new process: fresh engine, fresh default generator, taskset state from disk
+    resumed = Explorer(config, model_dir=tiny_model_dir, log_dir=tmp_path / "b")
+    try:
+        resumed.load_state_dict(state)
+        got, _ = resumed.explore_step(2)
+    finally:
+        resumed.close()
+    assert [e.eid.task for e in got] == [e.eid.task for e in expected]
+    assert [e.response_text for e in got] == [e.response_text for e in expected]
+    for a, b in zip(got, expected, strict=True):
+        assert torch.equal(a.tokens, b.tokens)
+    # the two rollouts of a task differ: each task has a seed, not each rollout
+    assert expected[0].response_text != expected[1].response_text
+    assert [e.response_text for e in first] != [e.response_text for e in expected]
