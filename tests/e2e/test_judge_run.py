@@ -37,7 +37,9 @@ def test_two_step_run_with_a_judge_model(tiny_model_dir: Path, tmp_path: Path) -
     assert result.returncode == 0, result.stderr[-4000:]
     job = tmp_path / "trinity-demo" / "judge"
     log = (job / "log" / "explorer.log").read_text()
-    assert re.search(r"explorer\.auxiliary_models\[0\] replica 0: OpenAI API at http://127\.0\.0\.1:\d+/v1", log), log
+    assert re.search(
+        r"explorer\.auxiliary_models\[0\] replica 0: OpenAI API at http://127\.0\.0\.1:\d+/v1", log
+    ), log
 
     metrics = [
         json.loads(line)

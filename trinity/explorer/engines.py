@@ -263,7 +263,10 @@ class ModelReplicas:
                     if logger is not None:
                         logger.info(
                             "%s replica %d: OpenAI API at %s (model '%s'%s)",
-                            path, i, self.base_urls[-1], root.name,
+                            path,
+                            i,
+                            self.base_urls[-1],
+                            root.name,
                             ", API key required" if model.openai_api_key else "",
                         )
         except BaseException:

@@ -86,9 +86,7 @@ class _Slot:
         """New wrappers for the next task; the old ones stay with whoever holds them."""
         if self.wrappers is not None:
             self.wrappers.close()
-        self.wrappers = _Wrappers(
-            self.base.spawn(), [aux.spawn() for aux in self.auxiliary_bases]
-        )
+        self.wrappers = _Wrappers(self.base.spawn(), [aux.spawn() for aux in self.auxiliary_bases])
 
 
 @dataclass

@@ -274,7 +274,9 @@ def _list_models(models: dict[str, ModelWrapper]) -> dict[str, Any]:
 
 async def _chat(body: ChatCompletionRequest, wrapper: ModelWrapper) -> dict[str, Any]:
     if body.tools:
-        raise APIError(400, "tools are not supported; describe tools in the messages", param="tools")
+        raise APIError(
+            400, "tools are not supported; describe tools in the messages", param="tools"
+        )
     args = body.rollout_args()
     args["max_tokens"] = body.max_completion_tokens or body.max_tokens
     messages = [m.as_dict() for m in body.messages]

@@ -259,9 +259,7 @@ def test_openai_client_calls_are_recorded_in_their_own_workflow(
         openai.OpenAI(base_url=base_url, api_key=KEY, max_retries=0, timeout=5).models.list()
 
 
-def test_auxiliary_models_reach_workflows_and_get_no_weights(
-    tiny_model_dir: Path, tmp_path: Path
-):
+def test_auxiliary_models_reach_workflows_and_get_no_weights(tiny_model_dir: Path, tmp_path: Path):
     rows = [{"question": m, "answer": "x"} for m in MARKERS[:2]]
     aux = f"{{model_path: '{tiny_model_dir}', max_response_tokens: 3, enable_history: true}}"
     config = _config(
