@@ -1,6 +1,6 @@
 """The explorer's taskset state on disk: kept per step for the checkpoints that may
-the task pipeline prepared at launch; an explorer resumed from that state rolls out
-what an uninterrupted one does."""
+name it, and found again when a run resumes; an explorer resumed from that state rolls
+out what an uninterrupted one does; the task pipeline prepared at launch."""
 
 from __future__ import annotations
 
