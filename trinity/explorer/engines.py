@@ -72,6 +72,19 @@ class EngineActor:
         self.engine.load_state_dict(state_dict, version)
         return version
 
+    def join_weight_group(self, address: Any, rank: int, timeout_s: float) -> None:
+        """Join the trainer's weight broadcast group (``sync_method: nccl``)."""
+        from trinity.sync.collective import WeightGroup
+
+        self.weight_group = WeightGroup(address, rank, timeout_s)
+
+    def receive_weights(self, want_fingerprint: bool) -> tuple[int, str | None] | None:
+        """Load the next broadcast weights: (version, fingerprint if wanted), or None
+        once the group closed (``trinity.sync.collective.receive_into``)."""
+        from trinity.sync.collective import receive_into
+
+        return receive_into(self.weight_group, self.engine, want_fingerprint)
+
     def close(self) -> None:
         self.engine.close()
 

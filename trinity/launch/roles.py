@@ -101,7 +101,9 @@ class ExplorerRole:
             config, model_dir=model_dir, log_dir=self.job_dir / "log", logger=self.logger
         )
         self.pipeline = ExperiencePipeline(config.data_processor.experience_pipeline.operators)
-        self.weights = weights.WeightReceiver(config, self.job_dir, synchronizer, model_dir, self.logger)
+        self.weights = weights.WeightReceiver(
+            config, self.job_dir, synchronizer, model_dir, self.logger, engines=self.explorer.engines
+        )
         initial = self.weights.initial_adapter()  # LoRA continuing a saved adapter
         if initial is not None:
             self.explorer.load_weights(initial, 0)
@@ -147,6 +149,7 @@ class ExplorerRole:
             # the final policy: wait until the trainer has consumed the last batch
             self._sync_to(step)
             self._evaluate(step, evals)
+        self.weights.close()
         ray.get(self.sync.finish.remote("explorer"))
         self.monitor.close()
         return {
@@ -175,7 +178,8 @@ class ExplorerRole:
             return
         start = time.perf_counter()
         got, state_dict = fetched
-        self.explorer.load_weights(state_dict, got)
+        if state_dict is not None:  # None: a broadcast already loaded every engine
+            self.explorer.load_weights(state_dict, got)
         self.logger.info(
             "synchronized to policy version %d in %.2fs", got, time.perf_counter() - start
         )
@@ -214,6 +218,7 @@ class TrainerRole:
         _setup_torch()
         load_plugins(plugin_dirs)
         from trinity.launch.trainer_group import build_rank0
+        from trinity.sync.collective import start_sender
         from trinity.trainer.train_input import TrainInput
         from trinity.trainer.trainer import Trainer
 
@@ -238,6 +243,8 @@ class TrainerRole:
         self.input = TrainInput(
             config, self.trainer.tokenizer, self._read_buffer if buffer is not None else None
         )
+        # sync_method nccl: rank 0 hosts the weight broadcast group and serves it
+        self.sender = start_sender(config, synchronizer, self.logger)
 
     def shutdown_ranks(self) -> None:
         """Leave the data-parallel process group together with the other ranks."""
@@ -304,7 +311,7 @@ class TrainerRole:
 
     def _publish(self, step: int) -> None:
         start = time.perf_counter()
-        weights.publish(self.trainer, self.config, self.job_dir, self.sync, step)
+        weights.publish(self.trainer, self.config, self.job_dir, self.sync, step, self.sender)
         self.logger.info("published policy version %d in %.2fs", step, time.perf_counter() - start)
 
 

@@ -2,9 +2,11 @@
 
 The trainer ``publish``es a new policy version every ``sync_interval`` steps; the
 explorer ``wait_for``s the version it needs before an explore step. With
-``sync_method: memory`` (and ``nccl`` on a machine without GPUs) the weights travel as
-an object in Ray's object store, kept here by reference; with ``checkpoint`` the trainer
-writes them to ``global_step_N/actor`` and only the version number passes through here.
+``sync_method: memory`` the weights travel as an object in Ray's object store, kept here
+by reference; with ``checkpoint`` the trainer writes them to ``global_step_N/actor`` and
+with ``nccl`` it broadcasts them to the rollout engines (``trinity.sync.collective``):
+only the version number passes through here, plus the broadcast group's address and
+the explorer's transfer requests, which the trainer's sender thread serves.
 
 It also keeps each role's latest step and metrics, which the launcher polls to draw
 the progress bar. It runs as an asyncio Ray actor so waiting never blocks reporting.
@@ -28,6 +30,10 @@ class Synchronizer:
         self._changed = asyncio.Condition()
         self.status: dict[str, dict[str, Any]] = {}
         self.finished: dict[str, bool] = {}
+        # sync_method nccl: where the broadcast group meets, and transfer requests
+        self.group_address: Any = None
+        self.group_error: str | None = None
+        self._transfers: asyncio.Queue[str] = asyncio.Queue()
 
     async def publish(self, version: int, weights: list[Any] | None) -> None:
         async with self._changed:
@@ -55,6 +61,52 @@ class Synchronizer:
     async def latest(self) -> tuple[int, list[Any] | None]:
         """The newest published version and its weights, without waiting."""
         return self.version, self.weights
+
+    async def open_weight_group(self, address: Any) -> None:
+        """The trainer's weight sender hosts the broadcast group at ``address``."""
+        async with self._changed:
+            self.group_address = address
+            self._changed.notify_all()
+
+    async def weight_group_address(self, timeout: float) -> Any:
+        """The broadcast group's address, once the trainer has opened it."""
+        try:
+            async with self._changed:
+                await asyncio.wait_for(
+                    self._changed.wait_for(lambda: self.group_address or self.group_error),
+                    timeout,
+                )
+        except asyncio.TimeoutError:
+            raise SyncTimeout(
+                f"the trainer opened no weight broadcast group within {timeout:.0f}s; "
+                "raise synchronizer.sync_timeout if the trainer is slow to start"
+            ) from None
+        self._raise_group_error()
+        return self.group_address
+
+    async def weight_group_failed(self, message: str) -> None:
+        async with self._changed:
+            self.group_error = message
+            self._changed.notify_all()
+
+    async def request_transfer(self, kind: str) -> None:
+        """The explorer asks the trainer's sender to broadcast (``send``: the newest
+        published weights; ``close``: the group's end) and then enters the broadcast."""
+        self._raise_group_error()
+        self._transfers.put_nowait(kind)
+
+    async def next_transfer(self, timeout: float) -> str | None:
+        """The sender's long poll: the next requested transfer, or None after ``timeout``."""
+        try:
+            return await asyncio.wait_for(self._transfers.get(), timeout)
+        except asyncio.TimeoutError:
+            return None
+
+    def _raise_group_error(self) -> None:
+        if self.group_error:
+            from trinity.sync.collective import WeightBroadcastError
+
+            raise WeightBroadcastError(self.group_error)
 
     async def report(self, role: str, step: int, metrics: dict[str, float]) -> None:
         self.status[role] = {"step": step, "metrics": metrics, "time": time.time()}

@@ -10,9 +10,11 @@ version without ever waiting.
 
 Where the weights travel:
 
-* mode ``both``: through the run's ``Synchronizer`` actor, as an object-store reference
-  (``memory``, and ``nccl`` on CPU) or as a version number whose weights the trainer wrote
-  to ``global_step_N/actor`` (``checkpoint``);
+* mode ``both``: the version number passes through the run's ``Synchronizer`` actor;
+  the weights travel as an object-store reference beside it (``memory``), through
+  ``global_step_N/actor`` files the trainer wrote (``checkpoint``), or by a collective
+  broadcast from the trainer's rank 0 to every rollout engine (``nccl``; gloo without
+  CUDA; ``trinity.sync.collective``);
 * modes ``explore`` and ``train`` run as separate processes that share the job
   directory (``sync_method: checkpoint``): the trainer writes ``global_step_N/actor`` and
   moves ``latest_state_dict_iteration.txt``; the explorer polls that pointer. It waits for
@@ -90,13 +92,23 @@ class WeightReceiver:
         synchronizer: Any,
         model_dir: str,
         logger: logging.Logger | None = None,
+        engines: Any = None,
     ) -> None:
+        """``engines``: the explorer's ``RolloutEngines``; with ``sync_method: nccl`` in
+        mode both they join the broadcast group (in the background) and receive there."""
         self.config = config
         self.job_dir = Path(job_dir)
         self.sync = synchronizer
         self.model_dir = model_dir
         self.logger = logger or logging.getLogger("trinity.sync")
         self._applier = None
+        self.collective = None
+        if engines is not None and config.mode == "both" and config.synchronizer.sync_method == "nccl":
+            from trinity.sync.collective import WeightGroupReceiver
+
+            self.collective = WeightGroupReceiver(
+                config, synchronizer, engines, self.full_weights, self.logger
+            )
 
     # ---------------------------------------------------------------- schedule
     def before_step(self, step: int, current: int) -> tuple[int, dict[str, torch.Tensor]] | None:
@@ -146,11 +158,15 @@ class WeightReceiver:
     # ---------------------------------------------------------------- weights
     def _fetch(
         self, version: int, weights: list[Any] | None, current: int
-    ) -> tuple[int, dict[str, torch.Tensor]] | None:
+    ) -> tuple[int, dict[str, torch.Tensor] | None] | None:
+        """(version, full weights), or (version, None) when the broadcast already
+        installed them in every engine."""
         import ray
 
         if version <= current:
             return None
+        if self.collective is not None:
+            return self.collective.receive(), None
         if weights is not None:
             state = ray.get(weights[0])
         else:  # checkpoint sync: the trainer wrote the weights to disk
@@ -177,6 +193,12 @@ class WeightReceiver:
         scale = lora.config_scaling(self.config.model.lora_configs[0])
         return lora.AdapterApplier(base.state_dict(), scale)
 
+    def close(self) -> None:
+        """Leave the broadcast group (``nccl``) at the end of the explorer's run."""
+        if self.collective is not None:
+            self.collective.close()
+            self.collective = None
+
     def initial_adapter(self) -> dict[str, torch.Tensor] | None:
         """Full weights of version 0 when training continues a saved adapter (else None:
         a new adapter starts at zero, so the base weights are version 0)."""
@@ -188,13 +210,18 @@ class WeightReceiver:
         return self.full_weights(lora.load_adapter_dir(Path(adapters[0].path)))
 
 
-def publish(trainer: Any, config: Config, job_dir: Path, synchronizer: Any, step: int) -> None:
-    """The trainer's end: make the policy of ``step`` available as version ``step``."""
+def publish(
+    trainer: Any, config: Config, job_dir: Path, synchronizer: Any, step: int, sender: Any = None
+) -> None:
+    """The trainer's end: make the policy of ``step`` available as version ``step``;
+    ``sender``: the ``WeightSender`` of a broadcast run (``nccl``)."""
     import ray
 
+    weights = None
     if config.synchronizer.sync_method == "checkpoint":
         trainer.save_state_dict(job_dir, step)
-        weights = None
+    elif sender is not None:  # kept by the sender until the explorer asks for it
+        sender.stage(step, trainer.weights_for_sync())
     else:
         weights = [ray.put(trainer.weights_for_sync())]
     ray.get(synchronizer.publish.remote(step, weights))
