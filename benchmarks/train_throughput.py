@@ -5,11 +5,14 @@
 
 One ``Trainer.train_step`` (GRPO, one update, no reference model) on a batch of
 ``--batch`` synthetic rollouts of ``--prompt`` + ``--response`` tokens with the default
-model, in float32 and in bfloat16 (fp32 master weights, bf16 autocast). The work counted:
+model, in float32 and in bfloat16 (fp32 master weights, bf16 autocast). As in GRPO,
+``--group`` rollouts share each prompt (the trainer runs a shared prompt once; use
+``--group 1`` for distinct prompts). Tokens/s counts every row's tokens; the FLOPs count
+what the model actually runs (each distinct prompt once):
 
-    FLOPs = 6 * (non-embedding params) * all tokens          (forward + backward matmuls)
+    FLOPs = 6 * (non-embedding params) * tokens run          (forward + backward matmuls)
           + 6 * (LM-head params) * response tokens           (logits only where trained)
-          + 12 * layers * attention width * sum of T^2 / 2   (causal attention, fwd + bwd)
+          + 12 * layers * attention width * (query x key pairs of causal attention)
 
 The peak is the best matmul rate measured in the same run for the same dtype, over a few
 shapes like the model's own and a large square one. Printed: tokens/s, achieved FLOP/s and
@@ -43,26 +46,36 @@ def matmul_peak(dtype: torch.dtype, repeats: int = 5) -> float:
     return best
 
 
-def model_flops(model: torch.nn.Module, batch: int, prompt: int, response: int) -> float:
+def model_flops(
+    model: torch.nn.Module, batch: int, group: int, prompt: int, response: int
+) -> float:
     config = model.config
     embedding = model.get_input_embeddings().weight
     head = model.get_output_embeddings().weight
     dense = sum(p.numel() for p in model.parameters() if p is not embedding and p is not head)
-    width = prompt + response
+    prompts = -(-batch // group)  # distinct prompts, each run once
+    tokens = prompts * prompt + batch * response
     attention_width = config.num_attention_heads * (
         getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     )
-    attention = 12 * config.num_hidden_layers * attention_width * width * width / 2
-    return batch * (6 * dense * width + 6 * head.numel() * (response + 1) + attention)
+    # causal query x key pairs: each prompt's triangle once, each response against its row
+    pairs = prompts * prompt * (prompt + 1) / 2 + batch * (
+        response * prompt + response * (response + 1) / 2
+    )
+    attention = 12 * config.num_hidden_layers * attention_width * pairs
+    return 6 * dense * tokens + 6 * head.numel() * batch * response + attention
 
 
 def synthetic_rollouts(batch: int, group: int, prompt: int, response: int, vocab: int) -> list:
     from trinity.types import EID, Experience
 
     gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, vocab, (prompt,), generator=gen) for _ in range(0, batch, group)]
     return [
         Experience(
-            tokens=torch.randint(0, vocab, (prompt + response,), generator=gen),
+            tokens=torch.cat(
+                [prompts[i // group], torch.randint(0, vocab, (response,), generator=gen)]
+            ),
             prompt_length=prompt,
             logprobs=-2.0 * torch.rand(response, generator=gen),
             reward=float(i % 2),
@@ -78,12 +91,13 @@ def main() -> int:
     )
     parser.add_argument("--dtype", nargs="+", default=["float32", "bfloat16"])
     parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--group", type=int, default=8, help="rollouts per prompt")
     parser.add_argument("--prompt", type=int, default=40)
     parser.add_argument("--response", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3, help="timed steps per dtype")
     args = parser.parse_args()
-    if min(args.batch, args.prompt, args.response, args.repeats) < 1:
-        parser.error("--batch, --prompt, --response and --repeats must be >= 1")
+    if min(args.batch, args.group, args.prompt, args.response, args.repeats) < 1:
+        parser.error("--batch, --group, --prompt, --response and --repeats must be >= 1")
 
     from trinity.models.resolve import DEFAULT_MODEL, resolve_model_path
     from trinity.trainer.trainer import Trainer
@@ -93,7 +107,7 @@ def main() -> int:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, model {model_dir.name}")
     print(
         f"batch {args.batch} x ({args.prompt} prompt + {args.response} response) tokens "
-        f"= {tokens} tokens per step"
+        f"= {tokens} tokens per step, {args.group} rollouts per prompt"
     )
     for dtype in args.dtype:
         peak = matmul_peak(getattr(torch, dtype))
@@ -114,9 +128,9 @@ def main() -> int:
             )
             trainer = Trainer(config, model_dir=model_dir, total_steps=args.repeats + 1)
             experiences = synthetic_rollouts(
-                args.batch, 8, args.prompt, args.response, trainer.tokenizer.vocab_size
+                args.batch, args.group, args.prompt, args.response, trainer.tokenizer.vocab_size
             )
-            flops = model_flops(trainer.model, args.batch, args.prompt, args.response)
+            flops = model_flops(trainer.model, args.batch, args.group, args.prompt, args.response)
             trainer.train_step(experiences)  # warm-up
             times = []
             for _ in range(args.repeats):

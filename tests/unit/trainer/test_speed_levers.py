@@ -4,6 +4,8 @@
   mode they equal the trainer's own forward pass on the same weights;
 - short batches run attention through the math SDPA backend: same logprobs and
   gradients as the fused kernel;
+- rows that share a prompt run it once (its KV cache repeated): same logprobs and
+  gradients as the full forward of every row;
 - AdamW runs fused: same parameters as the per-tensor loop.
 """
 
@@ -23,12 +25,14 @@ from trinity.trainer.actor import (
     MATH_ATTENTION_MAX_SCORES,
     attention_backend,
     forward_logprobs,
+    response_logits,
+    shared_prompt_rows,
 )
 from trinity.trainer.batch import collate
 from trinity.trainer.critic import enable_checkpointing
 from trinity.trainer.optim import build_optimizer
 from trinity.trainer.trainer import Trainer
-from trinity.types import EID
+from trinity.types import EID, Experience
 
 
 @pytest.fixture(scope="module")
@@ -122,3 +126,81 @@ def test_fused_adamw_matches_the_loop() -> None:
     for a, b, s in zip(fused_params, loop_params, start, strict=True):
         assert not torch.equal(a, s)
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_no_kl_means_no_reference_model(tiny_model_dir: Path, tmp_path: Path) -> None:
+    cfg = make_config(tiny_model_dir, tmp_path, "grpo", algorithm={"kl_loss_fn": "none"})
+    assert cfg.algorithm.use_reference is False
+    assert Trainer(cfg, model_dir=tiny_model_dir, total_steps=1).ref_model is None
+
+
+def grouped_rollouts(groups: int = 3, per_group: int = 4) -> list[Experience]:
+    """Rollouts of ``groups`` prompts (3, 5, 7 tokens), ``per_group`` each, responses of
+    1 to 6 tokens: the rows of a group share their prompt tokens exactly."""
+    gen = torch.Generator().manual_seed(1)
+    out = []
+    for task in range(groups):
+        prompt = torch.randint(0, 1000, (3 + 2 * task,), generator=gen)
+        for run in range(per_group):
+            response = torch.randint(0, 1000, (1 + (task + 2 * run) % 6,), generator=gen)
+            out.append(
+                Experience(
+                    tokens=torch.cat([prompt, response]),
+                    prompt_length=prompt.numel(),
+                    logprobs=-torch.rand(response.numel(), generator=gen),
+                    reward=float(run % 2),
+                    eid=EID(batch=0, task=task, run=run),
+                )
+            )
+    return out
+
+
+def _full_forward_logits(model: torch.nn.Module, batch) -> torch.Tensor:
+    out = model(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids,
+        logits_to_keep=batch.response_width + 1,
+        use_cache=False,
+    )
+    return out.logits[:, :-1, :]
+
+
+def _value_and_grads(trainer: Trainer, batch, forward) -> tuple[torch.Tensor, dict]:
+    trainer.model.zero_grad(set_to_none=True)
+    logits = forward(trainer.model, batch)
+    labels = batch.input_ids[:, batch.prompt_width :]
+    logprobs = logits.float().log_softmax(-1).gather(-1, labels[..., None]).squeeze(-1)
+    (logprobs * batch.action_mask).sum().backward()
+    grads = {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
+    trainer.model.zero_grad(set_to_none=True)
+    return logprobs.detach(), grads
+
+
+def test_shared_prompts_match_the_full_forward(trainer: Trainer) -> None:
+    batch = collate(grouped_rollouts(), trainer.pad_token_id)
+    first, inverse = shared_prompt_rows(batch)
+    assert first.tolist() == [0, 4, 8]
+    assert inverse.tolist() == [0] * 4 + [1] * 4 + [2] * 4
+    shared, shared_grads = _value_and_grads(trainer, batch, response_logits)
+    full, full_grads = _value_and_grads(trainer, batch, _full_forward_logits)
+    mask = batch.action_mask.bool()
+    torch.testing.assert_close(shared[mask], full[mask], atol=1e-5, rtol=1e-5)
+    assert shared_grads.keys() == full_grads.keys() and len(shared_grads) > 10
+    for name, grad in shared_grads.items():
+        # the rows' contributions to the shared prompt are summed in another order
+        error = (grad - full_grads[name]).norm() / full_grads[name].norm()
+        assert full_grads[name].norm() > 0 and error < 1e-5, (name, float(error))
+
+
+def test_rows_with_distinct_prompts_take_the_full_forward(trainer: Trainer) -> None:
+    # rollouts() draws every row's prompt at random: nothing to share
+    assert shared_prompt_rows(collate(rollouts(8), trainer.pad_token_id)) is None
+    # one response token per row: the prompt pass alone gives the logits
+    single = [e for e in grouped_rollouts() if e.response_length == 1]
+    batch = collate(single + single, trainer.pad_token_id)
+    assert shared_prompt_rows(batch) is not None and batch.response_width == 1
+    with torch.no_grad():
+        torch.testing.assert_close(
+            response_logits(trainer.model, batch), _full_forward_logits(trainer.model, batch)
+        )
