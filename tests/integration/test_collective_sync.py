@@ -3,6 +3,8 @@
 * the broadcast itself between two processes, the sender also being in a default
   process group (as a data-parallel trainer's rank 0 is);
 * a broadcast without a sender, and a group that never fills, fail within the timeout;
+* through a real synchronizer actor: the explorer gets the newest staged version, and a
+  sender that could not form the group tells the explorer why;
 * ``trinity run`` with two rollout engines: every engine ends up holding bit for bit the
   weights the trainer published (its final checkpoint, in the rollout dtype).
 """
@@ -216,3 +218,70 @@ def test_run_broadcasts_the_published_weights_to_every_engine(
         for line in (job / "monitor" / "bcast_explorer_metrics.jsonl").read_text().splitlines()
     ]
     assert [r["rollout/model_version"] for r in rows if "rollout/model_version" in r] == [0, 1]
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    import os
+
+    import ray
+
+    os.environ.pop("RAY_ADDRESS", None)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.mark.slow  # starts a local Ray instance
+def test_sender_and_receiver_through_the_synchronizer(
+    local_ray, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """The explorer gets the newest staged version; a sender that cannot form the group
+    tells the explorer why through the synchronizer."""
+    import logging
+
+    from trinity.config import load_config
+    from trinity.explorer.engines import RolloutEngines
+    from trinity.models.engine import TransformersEngine
+    from trinity.sync.collective import WeightGroupReceiver, WeightSender
+    from trinity.sync.synchronizer import Synchronizer
+
+    ray = local_ray
+    logger = logging.getLogger("test.collective")
+    config = load_config(
+        DEMO, [f"model.model_path={tiny_model_dir}", f"checkpoint_root_dir={tmp_path}"]
+    )
+    sync = ray.remote(Synchronizer).remote()
+    sender = WeightSender(config, sync, logger, host="127.0.0.1")
+    engine = TransformersEngine(str(tiny_model_dir), dtype="bfloat16")
+    receiver = WeightGroupReceiver(config, sync, RolloutEngines([engine]), dict, logger)
+    try:
+        base = {k: v.clone() for k, v in engine.model.state_dict().items()}
+        newer = {k: v + 0.5 for k, v in base.items()}
+        sender.stage(1, base)
+        sender.stage(2, newer)  # published before the explorer asks: it gets this one
+        ray.get(sync.publish.remote(2, None))
+        assert receiver.receive() == 2
+        assert engine.model_version == 2
+        assert fingerprint(engine.model.state_dict(), list(newer)) == fingerprint(newer)
+        receiver.close()
+        sender._thread.join(timeout=60)
+        assert not sender._thread.is_alive() and sender.error is None
+    finally:
+        engine.close()
+
+    short = load_config(
+        DEMO,
+        [
+            f"model.model_path={tiny_model_dir}",
+            f"checkpoint_root_dir={tmp_path}",
+            "synchronizer.sync_timeout=1.5",
+        ],
+    )
+    lonely = ray.remote(Synchronizer).remote()
+    failed = WeightSender(short, lonely, logger, host="127.0.0.1")  # no explorer joins
+    failed._thread.join(timeout=60)
+    with pytest.raises(WeightBroadcastError, match="weight sender failed.*could not join"):
+        ray.get(lonely.request_transfer.remote("send"))
+    with pytest.raises(WeightBroadcastError, match="failed earlier"):
+        failed.stage(1, {"w": torch.zeros(1)})

@@ -324,9 +324,11 @@ class WeightSender:
         except Exception as exc:  # noqa: BLE001 - reported to the explorer through the synchronizer
             self.error = exc
             self.logger.exception("the weight sender stopped")
-            ray.get(
-                self.sync.weight_group_failed.remote(f"the trainer's weight sender failed: {exc}")
-            )
+            message = f"the trainer's weight sender failed: {exc}"
+            try:
+                ray.get(self.sync.weight_group_failed.remote(message))
+            except ray.exceptions.RayActorError:
+                pass  # the run is over: nobody is left to tell
         finally:
             if group is not None:
                 group.close()
