@@ -181,6 +181,8 @@ def test_run_broadcasts_the_published_weights_to_every_engine(
         "trainer.save_interval=1",
         "log.level=DEBUG",
         "buffer.trainer_input.experience_buffer.path=null",
+        # a Ray instance of its own: never one that another test started and stops
+        "cluster.ray_address=local",
     ]
     command = [sys.executable, "-m", "trinity", "run", "--config", str(DEMO), *overrides]
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
