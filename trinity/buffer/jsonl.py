@@ -3,9 +3,11 @@
 The line format is ``trinity.buffer.codec.experience_to_dict`` (tensors as
 ``{"dtype", "shape", "data"}``). Used as the ``file`` experience buffer in explore
 mode and as a queue backup. Each ``write`` appends whole lines under an exclusive
-``flock`` (so writer processes never interleave), flushes and fsyncs; the reader only
-consumes lines that end in a newline, so a batch cut short by a crash is never
-half-read. A new writer cuts such a partial last line off before appending (under the
+``flock`` (so writer processes never interleave), flushes and fsyncs; the reader
+reads under a shared ``flock`` (so it never sees a batch that is still being appended)
+and only consumes lines that end in a newline, so a line cut short by a crash is never
+read. A writer killed inside a write can leave the whole lines of its batch before the
+cut: each is a complete experience, so at most the experiences in flight are lost. A new writer cuts such a partial last line off before appending (under the
 same lock, so it can only be left by a writer that died), which keeps the lines that
 follow readable.
 
@@ -32,8 +34,8 @@ logger = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
-def _file_lock(fd: int) -> Iterator[None]:
-    fcntl.flock(fd, fcntl.LOCK_EX)
+def _file_lock(fd: int, mode: int = fcntl.LOCK_EX) -> Iterator[None]:
+    fcntl.flock(fd, mode)
     try:
         yield
     finally:
@@ -110,7 +112,8 @@ class JsonlReader:
             if not os.path.exists(self.path):
                 return []
             out: list[Experience] = []
-            with open(self.path, "rb") as f:
+            # a shared lock: a batch being appended is read whole, after its writer is done
+            with open(self.path, "rb") as f, _file_lock(f.fileno(), fcntl.LOCK_SH):
                 f.seek(self._offset)
                 while len(out) < n:
                     raw = f.readline()
