@@ -7,9 +7,9 @@ mode and as a queue backup. Each ``write`` appends whole lines under an exclusiv
 reads under a shared ``flock`` (so it never sees a batch that is still being appended)
 and only consumes lines that end in a newline, so a line cut short by a crash is never
 read. A writer killed inside a write can leave the whole lines of its batch before the
-cut: each is a complete experience, so at most the experiences in flight are lost. A new writer cuts such a partial last line off before appending (under the
-same lock, so it can only be left by a writer that died), which keeps the lines that
-follow readable.
+cut: each is a complete experience, so at most the experiences in flight are lost. A
+new writer cuts a partial last line off before appending (under the same lock, so it
+can only be left by a writer that died), which keeps the lines that follow readable.
 
 A line that is not a stored experience raises MalformedRowError naming the file and
 line; with ``skip_invalid=True`` it is skipped and counted in ``invalid`` instead.
