@@ -395,7 +395,8 @@ class Trainer:
         state = (
             distributed.full_state_dict(self.model) if self.world_size > 1 else self.model.state_dict()
         )
-        return {k: v.detach().to(self.compute_dtype).clone() for k, v in state.items()}
+        # copy=True: one copy whether or not the dtype changes (.to then .clone made two)
+        return {k: v.detach().to(self.compute_dtype, copy=True) for k, v in state.items()}
 
     def export_hf(self, job_dir: Path, step: int) -> Path:
         """Write the policy as a Hugging Face model into ``global_step_<step>/actor/huggingface``.

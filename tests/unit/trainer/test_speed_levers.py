@@ -204,3 +204,15 @@ def test_rows_with_distinct_prompts_take_the_full_forward(trainer: Trainer) -> N
         torch.testing.assert_close(
             response_logits(trainer.model, batch), _full_forward_logits(trainer.model, batch)
         )
+
+
+def test_weights_for_sync_are_copies_in_the_engine_dtype(trainer: Trainer) -> None:
+    # float32 config: .to() alone would hand out the live parameters
+    weights = trainer.weights_for_sync()
+    params = dict(trainer.model.named_parameters())
+    assert weights.keys() >= params.keys() - {"lm_head.weight"}
+    for name, tensor in weights.items():
+        assert tensor.dtype == trainer.compute_dtype
+        if name in params:
+            assert tensor.data_ptr() != params[name].data_ptr(), name
+            assert torch.equal(tensor, params[name].detach()), name
