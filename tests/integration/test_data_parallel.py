@@ -2,13 +2,16 @@
 
 The one-rank trainer runs in the test process; the two ranks are ``TrainerRank`` actors
 on a local Ray instance of our own. Both see the same global batches: 7 experiences, so
-the ranks hold 4 and 3 rows, and with micro-batches of 3 rank 1 runs one padding
-micro-batch. GRPO with a KL loss against the reference model and an entropy bonus, so
-every loss term and the reference forward are split across the ranks.
+the ranks hold 4 and 3 rows. The one-rank trainer uses micro-batches of 3 rows; the ranks
+pack theirs to 22 tokens (use_dynamic_bsz), which gives rank 0 (20 + 6 tokens) two
+micro-batches and rank 1 (22 tokens) one, so rank 1 runs one padding micro-batch. GRPO
+with a KL loss against the reference model and an entropy bonus, so every loss term and
+the reference forward are split across the ranks.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -35,7 +38,10 @@ def local_ray():
     ray.shutdown()
 
 
-def config(model_dir: Path, tmp_path: Path):
+def config(model_dir: Path, tmp_path: Path, max_tokens: int | None = None, **trainer):
+    actor = {"ppo_micro_batch_size_per_gpu": 3}
+    if max_tokens is not None:
+        actor.update(use_dynamic_bsz=True, ppo_max_token_len_per_gpu=max_tokens)
     return make_config(
         model_dir,
         tmp_path,
@@ -46,9 +52,10 @@ def config(model_dir: Path, tmp_path: Path):
             "entropy_loss_fn_args": {"entropy_coef": 0.01},
         },
         trainer={
+            **trainer,
             "trainer_config": {
-                "actor_rollout_ref": {"actor": {"ppo_micro_batch_size_per_gpu": 3}},
-            }
+                "actor_rollout_ref": {"actor": actor},
+            },
         },
     )
 
@@ -84,6 +91,14 @@ class Ranks:
             ray.kill(a)
 
 
+def shard_write_interval(job: Path, rank: int) -> tuple[float, float]:
+    """When ``rank`` wrote its checkpoint shards, from its log."""
+    log = (job / "log" / f"trainer_rank_{rank}.log").read_text()
+    match = re.search(rf"rank {rank} wrote its checkpoint shards from ([\d.]+) to ([\d.]+)", log)
+    assert match, log[-2000:]
+    return float(match[1]), float(match[2])
+
+
 def assert_close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], tol: float) -> None:
     assert a.keys() == b.keys()
     worst = max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
@@ -94,8 +109,8 @@ def assert_close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], tol: fl
 def test_two_ranks_train_like_one(local_ray, tiny_model_dir: Path, tmp_path: Path) -> None:
     from trinity.trainer.convert import convert
 
-    cfg = config(tiny_model_dir, tmp_path)
-    one = Trainer(cfg, model_dir=tiny_model_dir, total_steps=10)
+    one = Trainer(config(tiny_model_dir, tmp_path), model_dir=tiny_model_dir, total_steps=10)
+    cfg = config(tiny_model_dir, tmp_path, max_tokens=22, save_strategy="single_process")
     job = tmp_path / "job"
     ranks = Ranks(cfg, tiny_model_dir, job, world=2)
     third = rollouts(7, group_size=4, seed=3)[:7]
@@ -121,6 +136,9 @@ def test_two_ranks_train_like_one(local_ray, tiny_model_dir: Path, tmp_path: Pat
             for r in (0, 1)
         ]
         assert ckpt.read_latest(job) == 2
+        # save_strategy single_process: rank 1 wrote its shards after rank 0 had finished
+        (start0, end0), (start1, end1) = (shard_write_interval(job, r) for r in (0, 1))
+        assert start0 < end0 <= start1 < end1
         assert_close(load_fsdp_state_dict_from_verl_checkpoint(path), after_two, 0.0)
         step3 = ranks.run("train_step", third)
         weights3 = ranks.run("weights_for_sync")

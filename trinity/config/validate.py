@@ -387,6 +387,17 @@ def _check_trainer(cfg: Config) -> None:
     _at_least(
         f"{prefix}.critic.ppo_micro_batch_size_per_gpu", tc.critic.ppo_micro_batch_size_per_gpu, 1
     )
+    token_budgets = (
+        ("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", actor.ppo_max_token_len_per_gpu),
+        (
+            "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
+            tc.actor_rollout_ref.ref.log_prob_max_token_len_per_gpu,
+        ),
+        ("critic.ppo_max_token_len_per_gpu", tc.critic.ppo_max_token_len_per_gpu),
+        ("critic.forward_max_token_len_per_gpu", tc.critic.forward_max_token_len_per_gpu),
+    )
+    for key, budget in token_budgets:
+        _at_least(f"{prefix}.{key}", budget, 1)
     _positive(f"{prefix}.critic.grad_clip", tc.critic.grad_clip)
     _check_optimizer(f"{prefix}.critic.optim", tc.critic.optim)
     loop = tc.trainer

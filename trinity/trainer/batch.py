@@ -12,11 +12,16 @@ pairs together.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, fields
 
 import torch
 
 from trinity.types import Experience
+
+logger = logging.getLogger(__name__)
+# budgets already warned about: a sequence over the budget is reported once per run
+_WARNED_BUDGETS: set[int] = set()
 
 
 @dataclass
@@ -58,11 +63,66 @@ class TrainBatch:
             values[f.name] = value[index] if isinstance(value, torch.Tensor) else value
         return TrainBatch(**values)
 
-    def split(self, size: int) -> list[TrainBatch]:
-        """Micro-batches of ``size`` rows (rounded up to even when rows are paired)."""
-        if self.paired and size % 2:
-            size += 1
-        return [self.select(slice(i, i + size)) for i in range(0, self.size, size)]
+    @property
+    def lengths(self) -> torch.Tensor:
+        """(B,) real tokens of each row, prompt plus response without padding."""
+        return self.attention_mask.sum(dim=1)
+
+    def micro_slices(self, size: int, max_tokens: int | None = None) -> list[slice]:
+        """Row ranges of the micro-batches: ``size`` rows each (rounded up to even when
+        rows are paired), or with ``max_tokens`` packed by ``pack_by_tokens``."""
+        unit = 2 if self.paired else 1
+        if max_tokens is not None:
+            return pack_by_tokens(self.lengths.tolist(), max_tokens, unit)
+        size += size % unit
+        return [slice(i, min(i + size, self.size)) for i in range(0, self.size, size)]
+
+    def split(self, size: int, max_tokens: int | None = None) -> list[TrainBatch]:
+        """Micro-batches of ``micro_slices(size, max_tokens)``."""
+        return [self.select(s) for s in self.micro_slices(size, max_tokens)]
+
+
+def pack_by_tokens(lengths: list[int], max_tokens: int, unit: int = 1) -> list[slice]:
+    """Consecutive runs of rows whose ``lengths`` add up to at most ``max_tokens``.
+
+    Rows are taken in order, ``unit`` at a time (2 keeps DPO pairs together), and a run
+    closes when the next unit would overflow the budget. A unit longer than the budget
+    on its own forms a run of its own (logged once per budget). Keeping the order keeps
+    the rollouts of one prompt together, which the actor's shared-prompt forward uses.
+
+    >>> pack_by_tokens([4, 6, 10, 3], 10)
+    [slice(0, 2, None), slice(2, 3, None), slice(3, 4, None)]
+    >>> pack_by_tokens([4, 5, 1, 12, 3], 10)
+    [slice(0, 3, None), slice(3, 4, None), slice(4, 5, None)]
+    """
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+    runs: list[slice] = []
+    start, used = 0, 0
+    for i in range(0, len(lengths), unit):
+        tokens = sum(lengths[i : i + unit])
+        if tokens > max_tokens:
+            _warn_over_budget(tokens, max_tokens)
+        if i > start and used + tokens > max_tokens:
+            runs.append(slice(start, i))
+            start, used = i, 0
+        used += tokens
+    if start < len(lengths):
+        runs.append(slice(start, len(lengths)))
+    return runs
+
+
+def _warn_over_budget(tokens: int, max_tokens: int) -> None:
+    if max_tokens in _WARNED_BUDGETS:
+        return
+    _WARNED_BUDGETS.add(max_tokens)
+    logger.warning(
+        "a sequence of %d tokens exceeds the micro-batch token budget %d "
+        "(max_token_len_per_gpu): it runs alone in its micro-batch; raise the budget to at "
+        "least the longest sequence (prompt + response) to bound a forward pass's memory",
+        tokens,
+        max_tokens,
+    )
 
 
 @dataclass

@@ -150,13 +150,18 @@ class Critic:
             1, int(cfg.forward_micro_batch_size_per_gpu or cfg.ppo_micro_batch_size_per_gpu)
         )
         self.ppo_epochs = max(1, int(cfg.ppo_epochs or 1))
+        # use_dynamic_bsz: micro-batches packed to a token budget instead of a row count
+        self.max_tokens = int(cfg.ppo_max_token_len_per_gpu) if cfg.use_dynamic_bsz else None
+        self.forward_max_tokens = (
+            int(cfg.forward_max_token_len_per_gpu) if cfg.use_dynamic_bsz else None
+        )
 
     @torch.no_grad()
     def values(self, batch: TrainBatch) -> torch.Tensor:
         """(B, R) values of ``batch`` under the current critic, zero on masked tokens."""
         self.model.eval()
         parts = []
-        for micro in batch.split(self.forward_micro_batch_size):
+        for micro in batch.split(self.forward_micro_batch_size, self.forward_max_tokens):
             with autocast_context(self.compute_dtype):
                 parts.append(response_values(self.model, micro))
         self.model.train()
@@ -171,8 +176,7 @@ class Critic:
         norms = []
         for _ in range(self.ppo_epochs):
             normalizer = LossNormalizer.from_mask(mask)
-            for start in range(0, batch.size, self.micro_batch_size):
-                index = slice(start, start + self.micro_batch_size)
+            for index in batch.micro_slices(self.micro_batch_size, self.max_tokens):
                 micro = batch.select(index)
                 with autocast_context(self.compute_dtype):
                     predicted = response_values(self.model, micro)

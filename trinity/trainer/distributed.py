@@ -7,9 +7,10 @@ gradients of the rows are summed across ranks (FSDP's reduce-scatter with a divi
 factor of 1), which gives the gradient of the whole batch, as one rank would compute it.
 
 FSDP runs a collective in every forward and backward, so all ranks must run the same
-number of micro-batches. A rank with fewer rows pads its list with ``padding`` micro-
-batches whose loss is multiplied by 0: they take part in the collectives and add
-nothing to the gradient.
+number of micro-batches. A rank with fewer rows (or, when micro-batches are packed by a
+token budget, fewer micro-batches) pads its list with ``padding`` micro-batches whose
+loss is multiplied by 0: they take part in the collectives and add nothing to the
+gradient.
 
 Backend: nccl when CUDA is available, else gloo (CPU).
 """
@@ -20,6 +21,7 @@ import datetime
 import math
 import os
 import socket
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -96,24 +98,90 @@ def rank_rows(size: int, rank: int, world_size: int) -> slice:
 
 
 def micro_batches(
-    batch: TrainBatch, micro_size: int, rank: int, world_size: int
+    batch: TrainBatch,
+    micro_size: int,
+    rank: int,
+    world_size: int,
+    max_tokens: int | None = None,
 ) -> list[tuple[TrainBatch, bool]]:
     """This rank's micro-batches of ``batch`` as (micro, is_padding) pairs.
 
-    Every rank gets the same number: enough for the largest rank's rows. Padding
-    micro-batches repeat the batch's first row (pair); their loss must be multiplied
-    by 0. Paired batches (chosen, rejected) are cut between pairs only.
+    ``micro_size`` rows each, or with ``max_tokens`` packed to that many tokens
+    (``TrainBatch.micro_slices``). Every rank gets the same number: with fixed sizes
+    enough for the largest rank's rows; packed counts depend on each rank's lengths, so
+    the ranks agree on the largest count (a collective). Padding micro-batches repeat
+    the batch's first row (pair); their loss must be multiplied by 0. Paired batches
+    (chosen, rejected) are cut between pairs only.
     """
     unit = 2 if batch.paired else 1
     units = batch.size // unit
     rows = rank_rows(units, rank, world_size)
     mine = batch.select(slice(rows.start * unit, rows.stop * unit))
-    real = mine.split(micro_size) if mine.size else []
-    micro_rows = math.ceil(micro_size / unit) * unit
-    largest = math.ceil(units / world_size) * unit
-    count = max(1, math.ceil(largest / micro_rows))
+    real = mine.split(micro_size, max_tokens) if mine.size else []
+    if max_tokens is None:
+        micro_rows = math.ceil(micro_size / unit) * unit
+        largest = math.ceil(units / world_size) * unit
+        count = max(1, math.ceil(largest / micro_rows))
+    else:
+        count = max(1, len(real))
+        if world_size > 1:
+            agreed = torch.tensor([count], dtype=torch.long)
+            dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
+            count = int(agreed)
     padding = batch.select(slice(0, unit))
     return [(m, False) for m in real] + [(padding, True)] * (count - len(real))
+
+
+def write_turns(save_strategy: str, nodes: Sequence[str]) -> list[int]:
+    """The turn in which each rank writes its checkpoint shards (``trainer.save_strategy``).
+
+    ``nodes[r]`` names rank r's node. Ranks of one turn write at the same time; turn
+    t + 1 starts once every writer of turn t is done. Each rank writes from a single
+    thread of its own process, so ``single_thread`` and ``single_process`` both mean one
+    rank at a time, in rank order; ``single_node``: the nodes take turns (in the order
+    of their first rank) and the ranks of a node write together; ``unrestricted``: all
+    ranks at once.
+
+    >>> write_turns("single_node", ["a", "a", "b", "b"])
+    [0, 0, 1, 1]
+    """
+    if save_strategy == "unrestricted":
+        return [0] * len(nodes)
+    if save_strategy in ("single_thread", "single_process"):
+        return list(range(len(nodes)))
+    if save_strategy == "single_node":
+        order = list(dict.fromkeys(nodes))
+        return [order.index(node) for node in nodes]
+    raise ValueError(
+        f"unknown trainer.save_strategy {save_strategy!r}; valid: single_thread, "
+        "single_process, single_node, unrestricted"
+    )
+
+
+def node_name() -> str:
+    """This process's node: the Ray node id inside a Ray worker, else the host name."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return ray.get_runtime_context().get_node_id()
+    except ImportError:
+        pass
+    return socket.gethostname()
+
+
+def in_turns(save_strategy: str, write: Callable[[], None]) -> tuple[int, int]:
+    """Run ``write`` on every rank in the turns of ``write_turns`` (collectives: every
+    rank calls this); returns (this rank's turn, the number of turns)."""
+    nodes: list[str] = [""] * dist.get_world_size()
+    dist.all_gather_object(nodes, node_name())
+    turns = write_turns(save_strategy, nodes)
+    mine = turns[dist.get_rank()]
+    for turn in range(max(turns) + 1):
+        if turn == mine:
+            write()
+        dist.barrier()
+    return mine, max(turns) + 1
 
 
 def all_reduce_rows(full: torch.Tensor, rows: slice, local: torch.Tensor) -> torch.Tensor:

@@ -181,6 +181,17 @@ class Trainer:
             min_lr_ratio=opt.min_lr_ratio,
         )
         self.micro_batch_size = max(1, int(actor_cfg.ppo_micro_batch_size_per_gpu))
+        # use_dynamic_bsz: micro-batches packed to a token budget instead of a row count
+        self.max_tokens = (
+            int(actor_cfg.ppo_max_token_len_per_gpu) if actor_cfg.use_dynamic_bsz else None
+        )
+        ref_cfg = tc.actor_rollout_ref.ref
+        self.ref_micro_batch_size = max(1, int(ref_cfg.log_prob_micro_batch_size_per_gpu or 1))
+        self.ref_max_tokens = (
+            int(ref_cfg.log_prob_max_token_len_per_gpu)
+            if ref_cfg.log_prob_use_dynamic_bsz
+            else None
+        )
         self.grad_clip = float(actor_cfg.grad_clip)
         self.ppo_epochs = max(1, int(actor_cfg.ppo_epochs))
         self.temperature = _rollout_temperature(config)
@@ -293,7 +304,9 @@ class Trainer:
                 batch.action_mask[batch.is_expert], self.max_response_tokens
             )
         totals: dict[str, tuple[float, int]] = {}
-        micros = distributed.micro_batches(batch, self.micro_batch_size, self.rank, self.world_size)
+        micros = distributed.micro_batches(
+            batch, self.micro_batch_size, self.rank, self.world_size, self.max_tokens
+        )
         for micro, padding in micros:
             metrics = self._micro_step(micro, normalizer, expert_normalizer, padding)
             for k, v in metrics.items() if not padding else ():
@@ -483,13 +496,23 @@ class Trainer:
 
     # ------------------------------------------------------------------ data parallel
     def _ref_logprobs(self, batch: TrainBatch) -> torch.Tensor:
-        """(B, R) reference log-probs; with several ranks each computes its own rows."""
+        """(B, R) reference log-probs; with several ranks each computes its own rows, in
+        micro-batches of ``ref.log_prob_micro_batch_size_per_gpu`` rows (or packed)."""
         rows = distributed.rank_rows(batch.size, self.rank, self.world_size)
         part = batch if self.world_size == 1 else batch.select(rows)
         local = batch.old_logprobs[rows]
         if part.size:
-            local, _ = forward_logprobs(
-                self.ref_model, part, temperature=self.temperature, compute_dtype=self.compute_dtype
+            micros = part.split(self.ref_micro_batch_size, self.ref_max_tokens)
+            local = torch.cat(
+                [
+                    forward_logprobs(
+                        self.ref_model,
+                        micro,
+                        temperature=self.temperature,
+                        compute_dtype=self.compute_dtype,
+                    )[0]
+                    for micro in micros
+                ]
             )
         if self.world_size == 1:
             return local
@@ -504,22 +527,37 @@ class Trainer:
         }
 
     def _save_sharded_checkpoint(self, job_dir: Path, step: int, keep: int | None) -> Path:
-        """Rank 0 opens a staging directory, every rank writes its shards into it, and
-        rank 0 renames it into place once all have (a shared filesystem is assumed)."""
+        """Rank 0 opens a staging directory, every rank writes its shards into it (in the
+        turns ``trainer.save_strategy`` allows), and rank 0 renames it into place once all
+        have (a shared filesystem is assumed)."""
         import torch.distributed as dist
 
         holder = [ckpt.begin_checkpoint(job_dir, step) if self.rank == 0 else None]
         dist.broadcast_object_list(holder, src=0)
         staging = Path(holder[0])
-        ckpt.write_rank_shards(
-            staging,
-            self.world_size,
+        model_state = distributed.to_local(self.model.state_dict())
+        optim_state = distributed.to_local(self.optimizer.state_dict())
+        extra = self._rank_extra_state(step)
+        interval: list[float] = []
+
+        def write() -> None:
+            interval.append(time.time())
+            ckpt.write_rank_shards(
+                staging, self.world_size, self.rank, model_state, optim_state, extra
+            )
+            interval.append(time.time())
+
+        strategy = self.config.trainer.save_strategy
+        turn, turns = distributed.in_turns(strategy, write)  # ends with a barrier
+        self.logger.info(
+            "rank %d wrote its checkpoint shards from %.6f to %.6f (turn %d of %d, "
+            "save_strategy %s)",
             self.rank,
-            distributed.to_local(self.model.state_dict()),
-            distributed.to_local(self.optimizer.state_dict()),
-            self._rank_extra_state(step),
+            *interval,
+            turn + 1,
+            turns,
+            strategy,
         )
-        dist.barrier()
         path = ckpt.step_dir(job_dir, step) / "actor"
         if self.rank == 0:
             ckpt.commit_checkpoint(

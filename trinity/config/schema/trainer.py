@@ -29,7 +29,10 @@ class TrainerConfig:
         None, "train steps of the run; unset: derived from buffer.total_steps when it is set"
     )
     save_strategy: SaveStrategy = setting(
-        "unrestricted", "how many threads/processes/nodes may write checkpoints at the same time"
+        "unrestricted",
+        "which trainer ranks write checkpoint shards at the same time: single_thread and "
+        "single_process one rank at a time (each rank writes from one thread), single_node "
+        "one node at a time, unrestricted all ranks at once",
     )
     trainer_config: VerlTrainerConfig | None = setting(
         None, "detailed settings in the veRL layout; unset: defaults (or trainer_config_path)"
