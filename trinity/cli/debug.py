@@ -248,6 +248,8 @@ def _connect(config: Config) -> tuple[ModelWrapper, list[ModelWrapper]] | None:
                 where["model"],
                 str(resolve_model_path(cfg.model_path)),
                 api_key=cfg.openai_api_key,
+                chat_template=cfg.chat_template,
+                enable_thinking=cfg.enable_thinking,
             )
         except RemoteModelError as err:
             print(f"[trinity] the served {role} is not usable ({err})", flush=True)
@@ -315,6 +317,8 @@ def _local_model(config: Config, cfg: InferenceModelConfig, history: bool = True
         dtype=cfg.dtype or config.model.dtype,
         max_model_len=cfg.max_model_len,
         seed=cfg.seed if cfg.seed is not None else config.seed,
+        chat_template=cfg.chat_template,
+        enable_thinking=cfg.enable_thinking,
     )
     return _wrap(config, cfg, engine, history)
 

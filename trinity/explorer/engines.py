@@ -29,7 +29,12 @@ import os
 from typing import Any
 
 from trinity.config import Config, InferenceModelConfig
-from trinity.models.engine import TransformersEngine, render_chat
+from trinity.models.engine import (
+    TransformersEngine,
+    chat_template_args,
+    load_tokenizer,
+    render_chat,
+)
 from trinity.models.sampling import Sample, SamplingParams
 from trinity.models.wrapper import ModelWrapper
 
@@ -97,12 +102,18 @@ class EngineClient:
     only process that loads weights into its engines.
     """
 
-    def __init__(self, handle: Any, model_dir: str) -> None:
+    def __init__(
+        self,
+        handle: Any,
+        model_dir: str,
+        chat_template: str | None = None,
+        enable_thinking: bool | None = None,
+    ) -> None:
         import ray
-        from transformers import AutoTokenizer
 
         self.handle = handle
-        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        self.tokenizer = load_tokenizer(model_dir, chat_template)
+        self.template_args = chat_template_args(enable_thinking)
         info = ray.get(handle.info.remote())
         self.max_model_len = int(info["max_model_len"])
         self.model_version = int(info["model_version"])
@@ -110,7 +121,7 @@ class EngineClient:
     def apply_chat_template(
         self, messages: list[dict[str, Any]], add_generation_prompt: bool = True
     ) -> list[int]:
-        return render_chat(self.tokenizer, messages, add_generation_prompt)
+        return render_chat(self.tokenizer, messages, add_generation_prompt, **self.template_args)
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
         import ray
@@ -187,6 +198,8 @@ class RolloutEngines:
                 "dtype": model.dtype or config.model.dtype,
                 "max_model_len": max_model_len,
                 "seed": base_seed + i,
+                "chat_template": model.chat_template,
+                "enable_thinking": model.enable_thinking,
             }
 
         engines: list[TransformersEngine | EngineClient] = [TransformersEngine(**args(0))]
@@ -336,4 +349,6 @@ def _remote_engine(
         )
         .remote(engine_args, explorer.env_vars)
     )
-    return EngineClient(handle, model_dir)
+    return EngineClient(
+        handle, model_dir, engine_args.get("chat_template"), engine_args.get("enable_thinking")
+    )

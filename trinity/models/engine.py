@@ -40,14 +40,34 @@ _LOGPROB_BUDGET = 64 * 1024 * 1024
 
 
 def render_chat(
-    tokenizer: Any, messages: list[dict[str, Any]], add_generation_prompt: bool = True
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    add_generation_prompt: bool = True,
+    **template_args: Any,
 ) -> list[int]:
-    """Token ids of ``messages`` rendered with ``tokenizer``'s chat template."""
+    """Token ids of ``messages`` rendered with ``tokenizer``'s chat template.
+
+    ``template_args`` (e.g. ``enable_thinking``) are variables of the template; a
+    template that does not use one ignores it.
+    """
     text = tokenizer.apply_chat_template(
-        messages, tokenize=False, add_generation_prompt=add_generation_prompt
+        messages, tokenize=False, add_generation_prompt=add_generation_prompt, **template_args
     )
     # the template already writes the special tokens it wants
     return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def load_tokenizer(path: Any, chat_template: str | None = None) -> Any:
+    """The tokenizer in ``path``, with ``chat_template`` (when given) replacing its own."""
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if chat_template:
+        tokenizer.chat_template = chat_template
+    return tokenizer
+
+
+def chat_template_args(enable_thinking: bool | None) -> dict[str, Any]:
+    """Variables every chat rendering passes to the template."""
+    return {} if enable_thinking is None else {"enable_thinking": enable_thinking}
 
 
 class PromptTooLongError(ValueError):
@@ -101,6 +121,8 @@ class TransformersEngine:
         max_batch_size: int = 64,
         batch_window_s: float = 0.01,
         pack_weights: bool = True,
+        chat_template: str | None = None,
+        enable_thinking: bool | None = None,
     ) -> None:
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
@@ -109,7 +131,8 @@ class TransformersEngine:
             torch.set_num_threads(num_threads)
         path = resolve_model_path(model_path)
         self.model_path = str(path)
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.tokenizer = load_tokenizer(path, chat_template)
+        self.template_args = chat_template_args(enable_thinking)
         self.model = AutoModelForCausalLM.from_pretrained(
             path, dtype=_DTYPES[dtype], attn_implementation="sdpa"
         ).eval()
@@ -142,7 +165,7 @@ class TransformersEngine:
         self, messages: list[dict[str, Any]], add_generation_prompt: bool = True
     ) -> list[int]:
         """Token ids of ``messages`` rendered with the tokenizer's chat template."""
-        return render_chat(self.tokenizer, messages, add_generation_prompt)
+        return render_chat(self.tokenizer, messages, add_generation_prompt, **self.template_args)
 
     def submit(self, prompts: list[list[int]], params: SamplingParams) -> Future:
         """Queue a request; the future resolves to ``n`` samples per prompt."""

@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from trinity.models.engine import render_chat
+from trinity.models.engine import chat_template_args, load_tokenizer, render_chat
 from trinity.models.sampling import Sample, SamplingParams
 
 
@@ -36,6 +36,8 @@ class HttpEngine:
             decoding happen here, without a round trip).
         api_key: the server's key, if it has one.
         timeout: seconds one request may take.
+        chat_template: replaces the tokenizer's chat template (the served model's config).
+        enable_thinking: passed to the chat template.
     """
 
     def __init__(
@@ -45,12 +47,13 @@ class HttpEngine:
         tokenizer_path: str,
         api_key: str | None = None,
         timeout: float = 600.0,
+        chat_template: str | None = None,
+        enable_thinking: bool | None = None,
     ) -> None:
-        from transformers import AutoTokenizer
-
         self.base_url = base_url.rstrip("/")
         self.model_path = model
-        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+        self.tokenizer = load_tokenizer(tokenizer_path, chat_template)
+        self.template_args = chat_template_args(enable_thinking)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._timeout = timeout
         served = {m["id"]: m for m in self._get("/models")["data"]}
@@ -64,7 +67,7 @@ class HttpEngine:
     def apply_chat_template(
         self, messages: list[dict[str, Any]], add_generation_prompt: bool = True
     ) -> list[int]:
-        return render_chat(self.tokenizer, messages, add_generation_prompt)
+        return render_chat(self.tokenizer, messages, add_generation_prompt, **self.template_args)
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
         with httpx.Client(timeout=self._timeout) as client:
