@@ -26,6 +26,7 @@ from typing import Any
 
 import ray
 
+from trinity.common.models.utils import load_fsdp_state_dict_from_verl_checkpoint
 from trinity.config import Config
 from trinity.launch.resume import derived_explorer_state, explorer_state_at, save_explorer_state
 from trinity.launch.run import load_plugins
@@ -163,7 +164,9 @@ class ExplorerRole:
         state = explorer_state_at(self.job_dir, step) or derived_explorer_state(self.config, step)
         self.explorer.load_state_dict(state)
         if self.config.mode == "both":
-            state = ckpt.load_actor_shard(self.job_dir, step, "model")
+            # merges the shards of however many trainer ranks wrote the checkpoint
+            actor_dir = ckpt.step_dir(self.job_dir, step) / "actor"
+            state = load_fsdp_state_dict_from_verl_checkpoint(actor_dir)
             self.explorer.load_weights(self.weights.full_weights(state), step)
         self.logger.info("resumed the explorer after step %d", step)
 
