@@ -16,6 +16,7 @@ import torch
 from trainer_testing import make_config, rollouts
 
 from trinity.config import ConfigError
+from trinity.trainer import batch as batch_module
 from trinity.trainer import distributed
 from trinity.trainer.batch import collate, pack_by_tokens
 from trinity.trainer.trainer import Trainer
@@ -78,6 +79,7 @@ def test_packing_fills_the_budget_in_order() -> None:
 def test_a_row_over_the_budget_runs_alone_with_one_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    batch_module._WARNED_BUDGETS.discard(9)  # a fresh run, whatever ran before in this process
     with caplog.at_level(logging.WARNING, logger="trinity.trainer.batch"):
         runs = pack_by_tokens(LENGTHS, 9)
         pack_by_tokens(LENGTHS, 9)
