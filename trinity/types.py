@@ -44,6 +44,7 @@ class Task:
     rollout_args: dict[str, Any] = field(default_factory=dict)  # temperature, top_p, ...
     format: dict[str, Any] = field(default_factory=dict)  # prompt_key, response_key, ...
     workflow_args: dict[str, Any] = field(default_factory=dict)
+    reward_fn_args: dict[str, Any] = field(default_factory=dict)  # bound to the reward function
 
     @property
     def prompt(self) -> str:

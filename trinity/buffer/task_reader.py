@@ -239,6 +239,7 @@ class TasksetReader:
             rollout_args=dict(self.rollout_args),
             format=dict(self.format),
             workflow_args=dict(getattr(self.cfg, "workflow_args", None) or {}),
+            reward_fn_args=dict(getattr(self.cfg, "reward_fn_args", None) or {}),
         )
 
 

@@ -9,7 +9,7 @@ scored by ``countdown_reward`` (unless the taskset names another). Tasks come fr
 
 from __future__ import annotations
 
-from trinity.rewards.registry import REWARD_FNS
+from trinity.rewards.registry import task_reward_fn
 from trinity.types import Experience
 from trinity.workflows.base import Workflow
 from trinity.workflows.registry import WORKFLOWS
@@ -44,7 +44,7 @@ class CountdownWorkflow(Workflow):
         truth = countdown_task(
             task.raw, args.get("numbers_key", "nums"), args.get("target_key", "target")
         )
-        reward_fn = REWARD_FNS.get(task.reward_fn or "countdown_reward")
+        reward_fn = task_reward_fn(task, "countdown_reward")
         content = PROMPT.format(
             numbers=", ".join(map(str, truth["numbers"])), target=truth["target"]
         )

@@ -12,7 +12,7 @@ math-verify. ``workflow_args``:
 from __future__ import annotations
 
 from trinity.rewards.math import boxed_answer
-from trinity.rewards.registry import REWARD_FNS
+from trinity.rewards.registry import task_reward_fn
 from trinity.types import Experience
 from trinity.workflows.base import Workflow
 from trinity.workflows.registry import WORKFLOWS
@@ -29,7 +29,7 @@ class MathBoxedWorkflow(Workflow):
         task = self.task
         args = task.workflow_args
         format_score = float(args.get("format_score", 0.0))
-        accuracy_fn = REWARD_FNS.get(task.reward_fn or "math_boxed_reward")
+        accuracy_fn = task_reward_fn(task, "math_boxed_reward")
 
         def reward_fn(response: str, truth: object) -> dict[str, float]:
             components = dict(accuracy_fn(response, truth))

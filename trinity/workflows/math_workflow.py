@@ -9,7 +9,7 @@ task's ``response_key`` field.
 
 from __future__ import annotations
 
-from trinity.rewards.registry import REWARD_FNS
+from trinity.rewards.registry import task_reward_fn
 from trinity.types import Experience
 from trinity.workflows.base import Workflow
 from trinity.workflows.registry import WORKFLOWS
@@ -24,6 +24,6 @@ class MathWorkflow(Workflow):
 
     async def run_async(self) -> list[Experience]:
         task = self.task
-        reward_fn = REWARD_FNS.get(task.reward_fn or "math_reward")
+        reward_fn = task_reward_fn(task, "math_reward")
         messages = build_messages(task.raw, task.format)
         return await sample_and_score(self.model, task, messages, reward_fn, task.answer)

@@ -19,7 +19,7 @@ import asyncio
 import json
 from typing import Any
 
-from trinity.rewards.registry import REWARD_FNS
+from trinity.rewards.registry import task_reward_fn
 from trinity.types import Experience
 from trinity.workflows.base import Workflow
 from trinity.workflows.conversation import Conversation
@@ -97,7 +97,7 @@ class ToolCallWorkflow(Workflow):
             if not conv.add(*({"role": "tool", "content": r} for r in results)):
                 break
         exp = conv.to_experience()
-        reward_fn = REWARD_FNS.get(self.task.reward_fn or "math_reward")
+        reward_fn = task_reward_fn(self.task, "math_reward")
         set_reward(
             exp, reward_fn(answer, self.task.answer), f"reward function of task {self.task.index}"
         )
