@@ -78,7 +78,9 @@ def trainer_running(job_dir: Path) -> bool:
 
 def latest_on_disk(job_dir: Path) -> int:
     """The newest version the trainer wrote to ``job_dir`` (0 when none)."""
-    versions = [ckpt.read_latest(job_dir, p) for p in (ckpt.LATEST_STATE_DICT, ckpt.LATEST_CHECKPOINT)]
+    versions = [
+        ckpt.read_latest(job_dir, p) for p in (ckpt.LATEST_STATE_DICT, ckpt.LATEST_CHECKPOINT)
+    ]
     return max((v for v in versions if v), default=0)
 
 
@@ -103,7 +105,11 @@ class WeightReceiver:
         self.logger = logger or logging.getLogger("trinity.sync")
         self._applier = None
         self.collective = None
-        if engines is not None and config.mode == "both" and config.synchronizer.sync_method == "nccl":
+        if (
+            engines is not None
+            and config.mode == "both"
+            and config.synchronizer.sync_method == "nccl"
+        ):
             from trinity.sync.collective import WeightGroupReceiver
 
             self.collective = WeightGroupReceiver(
@@ -170,7 +176,13 @@ class WeightReceiver:
         if weights is not None:
             state = ray.get(weights[0])
         else:  # checkpoint sync: the trainer wrote the weights to disk
-            state = ckpt.load_actor_shard(self.job_dir, version, "model")
+            from trinity.common.models.utils import load_fsdp_state_dict_from_verl_checkpoint
+
+            # a full checkpoint of the same step replaces the weights-only file with
+            # one shard per trainer rank; this reads either
+            state = load_fsdp_state_dict_from_verl_checkpoint(
+                ckpt.step_dir(self.job_dir, version) / "actor"
+            )
         return version, self.full_weights(state)
 
     def full_weights(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
