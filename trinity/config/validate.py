@@ -14,7 +14,6 @@ from trinity.config.algorithm_defaults import NONE, PART_NAMES, defaults_for
 from trinity.config.convert import build, to_plain
 from trinity.config.errors import ConfigError, closest
 from trinity.config.resolve import check_trainer_config_source
-from trinity.config.trainer_ranks import check_trainer_ranks
 from trinity.config.schema import (
     LOG_LEVELS,
     Config,
@@ -22,6 +21,7 @@ from trinity.config.schema import (
     OptimizerConfig,
     StorageConfig,
 )
+from trinity.config.trainer_ranks import check_trainer_ranks
 
 
 def validate(cfg: Config) -> None:

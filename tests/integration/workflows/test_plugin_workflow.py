@@ -6,8 +6,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from trinity.launch.run import load_plugins
 from workflow_testing import make_task, run_task
+
+from trinity.launch.run import load_plugins
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "workflows.md"
 
