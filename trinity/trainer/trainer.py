@@ -153,6 +153,10 @@ class Trainer:
                 self.model_dir, dtype=torch.float32
             ).eval()
             self.ref_model.requires_grad_(False)
+            if tc.actor_rollout_ref.model.enable_gradient_checkpointing:
+                # no effect in eval mode, but the actor's forward then picks the same
+                # attention kernel for both models (trinity/trainer/actor.py)
+                enable_checkpointing(self.ref_model)
         self.critic: Critic | None = None
         if algo.use_critic:
             self.critic = Critic(

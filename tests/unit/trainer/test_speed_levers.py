@@ -216,3 +216,30 @@ def test_weights_for_sync_are_copies_in_the_engine_dtype(trainer: Trainer) -> No
         if name in params:
             assert tensor.data_ptr() != params[name].data_ptr(), name
             assert torch.equal(tensor, params[name].detach()), name
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_reference_and_actor_agree_at_the_start_in_bf16(
+    tiny_model_dir: Path, tmp_path: Path, checkpointing: bool
+) -> None:
+    # both models must take the same attention kernel, with or without checkpointing
+    cfg = make_config(
+        tiny_model_dir,
+        tmp_path,
+        "grpo",
+        model={"dtype": "bfloat16"},
+        algorithm={"kl_loss_fn": "k2", "use_reference": True},
+        trainer={
+            "trainer_config": {
+                "actor_rollout_ref": {"model": {"enable_gradient_checkpointing": checkpointing}}
+            }
+        },
+    )
+    trainer = Trainer(cfg, model_dir=tiny_model_dir, total_steps=1)
+    batch, _ = trainer.prepare(grouped_rollouts())
+    logprobs, _ = forward_logprobs(
+        trainer.model, batch, temperature=trainer.temperature, compute_dtype=torch.bfloat16
+    )
+    mask = batch.action_mask.bool()
+    assert logprobs.requires_grad
+    torch.testing.assert_close(logprobs.detach()[mask], batch.ref_logprobs[mask], atol=0, rtol=0)
