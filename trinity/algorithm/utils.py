@@ -63,27 +63,35 @@ def _scaled(chunk: torch.Tensor, temperature: float) -> torch.Tensor:
 
 
 class _LogprobsFromLogits(torch.autograd.Function):
-    """log softmax(logits / temperature)[label], chunked over token positions."""
+    """log softmax(logits / temperature)[label], chunked over token positions; with
+    ``with_entropy`` also the entropy from the same log-softmax (not differentiable)."""
 
     @staticmethod
-    def forward(ctx, logits, labels, temperature, rows):  # type: ignore[override]
+    def forward(ctx, logits, labels, temperature, rows, with_entropy):  # type: ignore[override]
         vocab = logits.shape[-1]
         flat = logits.reshape(-1, vocab)
         flat_labels = labels.reshape(-1, 1)
         out = torch.empty(flat.shape[0], dtype=torch.float32, device=logits.device)
+        entropy = torch.empty(
+            flat.shape[0] if with_entropy else 0, dtype=torch.float32, device=logits.device
+        )
         for start in range(0, flat.shape[0], rows):
             end = start + rows
             log_probs = torch.log_softmax(
                 _scaled(flat[start:end], temperature), dim=-1, dtype=torch.float32
             )
             out[start:end] = log_probs.gather(-1, flat_labels[start:end]).squeeze(-1)
+            if with_entropy:
+                entropy[start:end] = -torch.linalg.vecdot(log_probs.exp(), log_probs)
         ctx.save_for_backward(logits, labels)
         ctx.temperature, ctx.rows = temperature, rows
-        return out.view(labels.shape)
+        entropy = entropy.view(labels.shape if with_entropy else (0,))
+        ctx.mark_non_differentiable(entropy)
+        return out.view(labels.shape), entropy
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_out):  # type: ignore[override]
+    def backward(ctx, grad_out, _grad_entropy):  # type: ignore[override]
         logits, labels = ctx.saved_tensors
         temperature, rows = ctx.temperature, ctx.rows
         vocab = logits.shape[-1]
@@ -100,7 +108,7 @@ class _LogprobsFromLogits(torch.autograd.Function):
             if temperature != 1.0:
                 g.div_(temperature)
             grad_logits[start:end] = g
-        return grad_logits.view(logits.shape), None, None, None
+        return grad_logits.view(logits.shape), None, None, None, None
 
 
 class _EntropyFromLogits(torch.autograd.Function):
@@ -167,7 +175,28 @@ def logprobs_from_logits(
     if logits.shape[:-1] != labels.shape:
         raise ValueError(f"logits {tuple(logits.shape)} do not match labels {tuple(labels.shape)}")
     rows = _rows_per_chunk(logits.shape[-1], chunk_size)
-    return _LogprobsFromLogits.apply(logits, labels.long(), float(temperature), rows)
+    logprobs, _ = _LogprobsFromLogits.apply(logits, labels.long(), float(temperature), rows, False)
+    return logprobs
+
+
+def logprobs_and_entropy(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    temperature: float = 1.0,
+    chunk_size: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`logprobs_from_logits` plus the entropy as a metric, from one log-softmax pass.
+
+    Returns:
+        logprobs (B, T) float32, differentiable; entropy (B, T) float32, without gradient
+        (use :func:`entropy_from_logits` when an entropy loss needs one).
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if logits.shape[:-1] != labels.shape:
+        raise ValueError(f"logits {tuple(logits.shape)} do not match labels {tuple(labels.shape)}")
+    rows = _rows_per_chunk(logits.shape[-1], chunk_size)
+    return _LogprobsFromLogits.apply(logits, labels.long(), float(temperature), rows, True)
 
 
 def entropy_from_logits(

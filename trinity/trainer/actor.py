@@ -24,7 +24,11 @@ import contextlib
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from trinity.algorithm.utils import entropy_from_logits, logprobs_from_logits
+from trinity.algorithm.utils import (
+    entropy_from_logits,
+    logprobs_and_entropy,
+    logprobs_from_logits,
+)
 from trinity.trainer.batch import TrainBatch
 
 # most attention-score elements (rows x heads x T x T x layers) kept for the math backend:
@@ -147,9 +151,9 @@ def forward_logprobs(
     with autocast_context(compute_dtype):
         logits = response_logits(model, batch)
     labels = batch.input_ids[:, batch.prompt_width :]
+    if compute_entropy and not entropy_grad:
+        # a metric only: from the same log-softmax pass as the log-probs
+        return logprobs_and_entropy(logits, labels, temperature=temperature)
     logprobs = logprobs_from_logits(logits, labels, temperature=temperature)
-    entropy = None
-    if compute_entropy:
-        source = logits if entropy_grad else logits.detach()
-        entropy = entropy_from_logits(source, temperature=temperature)
+    entropy = entropy_from_logits(logits, temperature=temperature) if compute_entropy else None
     return logprobs, entropy

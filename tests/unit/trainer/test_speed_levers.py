@@ -6,7 +6,8 @@
   gradients as the fused kernel;
 - rows that share a prompt run it once (its KV cache repeated): same logprobs and
   gradients as the full forward of every row;
-- AdamW runs fused: same parameters as the per-tensor loop.
+- AdamW runs fused: same parameters as the per-tensor loop;
+- the entropy metric comes from the log-probs' own log-softmax pass.
 """
 
 from __future__ import annotations
@@ -19,6 +20,11 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from trainer_testing import make_config, rollouts
 
+from trinity.algorithm.utils import (
+    entropy_from_logits,
+    logprobs_and_entropy,
+    logprobs_from_logits,
+)
 from trinity.models.engine import TransformersEngine
 from trinity.models.wrapper import ModelWrapper
 from trinity.trainer.actor import (
@@ -243,3 +249,26 @@ def test_reference_and_actor_agree_at_the_start_in_bf16(
     mask = batch.action_mask.bool()
     assert logprobs.requires_grad
     torch.testing.assert_close(logprobs.detach()[mask], batch.ref_logprobs[mask], atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_one_pass_logprobs_and_entropy_match_the_separate_passes(
+    dtype: torch.dtype, temperature: float
+) -> None:
+    gen = torch.Generator().manual_seed(0)
+    logits = (3 * torch.randn(3, 5, 50, generator=gen)).to(dtype).requires_grad_()
+    labels = torch.randint(0, 50, (3, 5), generator=gen)
+    weights = torch.randn(3, 5, generator=gen)
+    # chunk_size 4 splits the 15 positions unevenly
+    logprobs, entropy = logprobs_and_entropy(logits, labels, temperature, chunk_size=4)
+    assert not entropy.requires_grad and logprobs.requires_grad
+    (grad,) = torch.autograd.grad((logprobs * weights).sum(), logits)
+    expected = logprobs_from_logits(logits, labels, temperature, chunk_size=4)
+    (expected_grad,) = torch.autograd.grad((expected * weights).sum(), logits)
+    torch.testing.assert_close(logprobs, expected, atol=0, rtol=0)
+    torch.testing.assert_close(grad, expected_grad, atol=0, rtol=0)
+    torch.testing.assert_close(
+        entropy, entropy_from_logits(logits.detach(), temperature=temperature), atol=0, rtol=0
+    )
+    assert float(entropy.min()) > 0
