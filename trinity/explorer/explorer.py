@@ -40,6 +40,7 @@ def make_taskset_reader(config: Config, storage, *, batch_size: int, is_eval: bo
         default_reward_fn=buf.explorer_input.default_reward_fn_type or buf.default_reward_fn_type,
     )
 
+
 def make_taskset_mix(config: Config) -> TasksetMix | None:
     """Every training taskset (``buffer.explorer_input.tasksets``) as one stream of batches."""
     inputs = config.buffer.explorer_input
@@ -63,7 +64,6 @@ def rollout_seed(seed: int, step: int, slot: int) -> int:
     requests the engine happened to batch together, nor on a restart before it.
     """
     return int(np.random.SeedSequence([seed % 2**32, step, slot]).generate_state(1)[0])
-
 
 
 def taskset_metrics(experiences: list[Experience]) -> dict[str, float]:

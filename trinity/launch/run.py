@@ -190,9 +190,9 @@ def run_stage(
     from trinity.trainer.train_input import trains_on_dataset
 
     mode = config.mode
-    trainer_actors = None
     if mode == "bench":
         return run_bench(config)
+    trainer_actors = None
     if mode not in ("both", "train", "explore"):
         raise RunError(
             f"mode '{mode}' cannot run yet: this version runs modes both, train and explore"
