@@ -26,16 +26,29 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def ray_head():
     """A head node of our own (``ray start --head --block``), stopped by signalling it.
 
-    ``ray stop`` would stop every Ray instance on the machine, including other runs.
+    ``ray stop`` would stop every Ray instance on the machine, including other runs. One
+    head serves the module's tests (each joins it from its own process): its graceful
+    stop alone takes about half a minute.
     """
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     head = subprocess.Popen(
-        [RAY, "start", "--head", "--block", "--port", str(_free_port()), "--num-cpus", "2",
-         "--disable-usage-stats", "--include-dashboard", "false"],
+        [
+            RAY,
+            "start",
+            "--head",
+            "--block",
+            "--port",
+            str(_free_port()),
+            "--num-cpus",
+            "2",
+            "--disable-usage-stats",
+            "--include-dashboard",
+            "false",
+        ],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -63,6 +76,17 @@ def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
     )
+
+
+@pytest.mark.slow
+def test_stale_ray_address_starts_a_local_instance() -> None:
+    # first in the module: the shared head below would otherwise be found and joined
+    # Ray exports RAY_ADDRESS after ray.init; children of such a process inherit it
+    env = {**os.environ, "RAY_ADDRESS": f"127.0.0.1:{_free_port()}"}
+    code = "from trinity.launch.cluster import connect\nprint(connect('auto', 'trinity-test'))\n"
+    result = _python(code, env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "started"
 
 
 @pytest.mark.slow
@@ -112,11 +136,17 @@ def test_token_mismatch_is_reported_not_hidden(ray_head: dict[str, str]) -> None
 
 
 @pytest.mark.slow
-def test_run_on_running_cluster(ray_head: dict[str, str], tiny_model_dir: Path, tmp_path: Path) -> None:
+def test_run_on_running_cluster(
+    ray_head: dict[str, str], tiny_model_dir: Path, tmp_path: Path
+) -> None:
     result = subprocess.run(
         [
-            sys.executable, "-m", "trinity", "run",
-            "--config", str(REPO / "examples/arithmetic/grpo.yaml"),
+            sys.executable,
+            "-m",
+            "trinity",
+            "run",
+            "--config",
+            str(REPO / "examples/arithmetic/grpo.yaml"),
             f"model.model_path={tiny_model_dir}",
             f"checkpoint_root_dir={tmp_path}",
             "buffer.total_steps=1",
@@ -124,18 +154,12 @@ def test_run_on_running_cluster(ray_head: dict[str, str], tiny_model_dir: Path, 
             "buffer.explorer_input.eval_tasksets=[]",
             "buffer.trainer_input.experience_buffer.path=null",
         ],
-        cwd=REPO, env=ray_head, capture_output=True, text=True, timeout=600,
+        cwd=REPO,
+        env=ray_head,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "ray: joined" in result.stderr
     assert list(tmp_path.glob("trinity-demo/*/global_step_1/actor/model_world_size_1_rank_0.pt"))
-
-
-@pytest.mark.slow
-def test_stale_ray_address_starts_a_local_instance() -> None:
-    # Ray exports RAY_ADDRESS after ray.init; children of such a process inherit it
-    env = {**os.environ, "RAY_ADDRESS": f"127.0.0.1:{_free_port()}"}
-    code = "from trinity.launch.cluster import connect\nprint(connect('auto', 'trinity-test'))\n"
-    result = _python(code, env)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "started"
