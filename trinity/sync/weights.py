@@ -29,6 +29,8 @@ train steps its policy lags behind the synchronous schedule.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -68,12 +70,28 @@ def publishes(config: Config) -> bool:
 
 def set_trainer_status(job_dir: Path, state: str) -> None:
     """``running`` or ``finished``: read by explorers of the same job in other processes."""
-    ckpt.write_json_atomic(Path(job_dir) / TRAINER_STATUS, {"state": state, "time": time.time()})
+    ckpt.write_json_atomic(
+        Path(job_dir) / TRAINER_STATUS,
+        {"state": state, "time": time.time(), "host": socket.gethostname(), "pid": os.getpid()},
+    )
 
 
 def trainer_running(job_dir: Path) -> bool:
+    """Whether the job's trainer says it is running and, on this host, its process is alive
+    (a crashed trainer never writes ``finished``); a trainer on another host is trusted."""
     status = ckpt.read_json(Path(job_dir) / TRAINER_STATUS)
-    return bool(status) and status.get("state") == "running"
+    if not status or status.get("state") != "running":
+        return False
+    pid = status.get("pid")
+    if status.get("host") != socket.gethostname() or not isinstance(pid, int):
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by another user
+        return True
+    return True
 
 
 def latest_on_disk(job_dir: Path) -> int:
