@@ -16,15 +16,14 @@ from typing import Any
 
 import numpy as np
 
+import trinity.rewards  # noqa: F401
+import trinity.workflows  # noqa: F401  (registers the built-in workflows)
 from trinity.buffer.task_reader import TasksetExhausted, TasksetMix, TasksetReader
 from trinity.config import Config
 from trinity.explorer.engines import ModelReplicas, RolloutEngines
 from trinity.explorer.metrics import eval_metrics, rollout_metrics, score
 from trinity.explorer.runner import RunnerPool
 from trinity.types import Experience, Task
-
-import trinity.workflows  # noqa: F401  (registers the built-in workflows)
-import trinity.rewards  # noqa: F401
 
 
 def make_taskset_reader(config: Config, storage, *, batch_size: int, is_eval: bool) -> TasksetReader:
