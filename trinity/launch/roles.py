@@ -41,19 +41,15 @@ def required_version(step: int, sync_interval: int, sync_offset: int) -> int:
     return weights.required_version(step, sync_interval, sync_offset)
 
 
-def _threads() -> int:
-    return max(1, os.cpu_count() or 1)
-
-
-def _setup_torch() -> None:
+def start_actor(config: Config, job_dir: Path, name: str, plugin_dirs: Sequence[str]):
+    """What every actor of a run does first: torch threads, the run's plugins, and its
+    log file ``log/<name>.log``; returns the logger."""
     import torch
 
     # Ray sets OMP_NUM_THREADS=1 for fractional-CPU actors; the roles alternate in
     # synchronous mode, so each may use every core while it works
-    torch.set_num_threads(_threads())
-
-
-def _logger(config: Config, job_dir: Path, name: str):
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    load_plugins(plugin_dirs)
     return get_actor_logger(
         name,
         job_dir / "log",
@@ -88,15 +84,13 @@ class ExplorerRole:
         synchronizer,
         plugin_dirs: Sequence[str] = (),
     ) -> None:
-        _setup_torch()
-        load_plugins(plugin_dirs)
-        from trinity.explorer.explorer import Explorer
-
         self.config = config
         self.job_dir = Path(job_dir)
+        self.logger = start_actor(config, self.job_dir, config.explorer.name, plugin_dirs)
+        from trinity.explorer.explorer import Explorer
+
         self.buffer = buffer
         self.sync = synchronizer
-        self.logger = _logger(config, self.job_dir, config.explorer.name)
         self.monitor = _monitor(config, self.job_dir, "explorer")
         self.explorer = Explorer(
             config, model_dir=model_dir, log_dir=self.job_dir / "log", logger=self.logger
@@ -218,18 +212,16 @@ class TrainerRole:
     ) -> None:
         """``workers``: the ``TrainerRank`` actors of ranks 1..N-1 (data parallelism);
         this actor is rank 0 and starts every collective step on all ranks."""
-        _setup_torch()
-        load_plugins(plugin_dirs)
+        self.config = config
+        self.job_dir = Path(job_dir)
+        self.logger = start_actor(config, self.job_dir, config.trainer.name, plugin_dirs)
         from trinity.launch.trainer_group import build_rank0
         from trinity.sync.collective import start_sender
         from trinity.trainer.train_input import TrainInput
         from trinity.trainer.trainer import Trainer
 
-        self.config = config
-        self.job_dir = Path(job_dir)
         self.buffer = buffer
         self.sync = synchronizer
-        self.logger = _logger(config, self.job_dir, config.trainer.name)
         self.monitor = _monitor(config, self.job_dir, "trainer")
         self.trainer = build_rank0(
             config,

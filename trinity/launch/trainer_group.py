@@ -47,15 +47,13 @@ class TrainerRank:
 
     def setup(self, info: RankInfo) -> None:
         """Join the process group, then build this rank's Trainer (its model shard)."""
-        from trinity.launch.roles import _logger, _setup_torch
-        from trinity.launch.run import load_plugins
+        from trinity.launch.roles import start_actor
         from trinity.trainer import distributed
         from trinity.trainer.trainer import Trainer
 
         config, job_dir, model_dir, total_steps, plugin_dirs = self.spec
-        _setup_torch()
-        load_plugins(plugin_dirs)
-        logger = _logger(config, job_dir, f"{config.trainer.name}_rank_{info.rank}")
+        name = f"{config.trainer.name}_rank_{info.rank}"
+        logger = start_actor(config, job_dir, name, plugin_dirs)
         distributed.init_process_group(info)
         self.trainer = Trainer(
             config, model_dir=model_dir, total_steps=total_steps, logger=logger, rank_info=info
