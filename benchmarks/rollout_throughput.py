@@ -73,6 +73,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per batch size")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     parser.add_argument("--no-pack", action="store_true", help="plain bf16 linears")
+    parser.add_argument(
+        "--no-fast-decode", action="store_true", help="step transformers' forward per token"
+    )
     args = parser.parse_args()
     if args.tokens < 1 or args.repeats < 1 or min(args.batch) < 1:
         parser.error("--tokens, --repeats and every --batch must be >= 1")
@@ -89,7 +92,12 @@ def main() -> int:
         f"memory bandwidth: read {read_bw / 1e9:.1f} GB/s, copy {copy_bw / 1e9:.1f} GB/s "
         f"-> roofline uses {bandwidth / 1e9:.1f} GB/s"
     )
-    engine = TransformersEngine(str(model_dir), dtype=args.dtype, pack_weights=not args.no_pack)
+    engine = TransformersEngine(
+        str(model_dir),
+        dtype=args.dtype,
+        pack_weights=not args.no_pack,
+        fast_decode=not args.no_fast_decode,
+    )
     weights = weight_bytes_per_step(engine.model)
     kv_token = kv_bytes_per_token(engine.model)
     prompt = engine.apply_chat_template([{"role": "user", "content": "What is 17 + 25?"}])
@@ -97,7 +105,7 @@ def main() -> int:
     print(
         f"model {model_dir.name} ({args.dtype}): {weights / 2**20:.0f} MiB of weights read per "
         f"decode step, {kv_token / 1024:.1f} KiB of KV cache per token; prompt {len(prompt)} "
-        f"tokens, {args.tokens} generated per row"
+        f"tokens, {args.tokens} generated per row; decode path: {engine.decode_path}"
     )
     try:
         for batch in args.batch:

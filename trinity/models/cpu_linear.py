@@ -34,13 +34,25 @@ class PackedLinear(nn.Module):
 
     @torch.no_grad()
     def repack(self) -> None:
-        self._packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), _LAYOUT_ROWS)
+        self._packed = pack_weight(self.weight.detach())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(..., in_features) -> (..., out_features)."""
         if x.numel() > _PLAIN_ABOVE_ROWS * self.in_features:
             return F.linear(x, self.weight, self.bias)
-        return torch.ops.mkldnn._linear_pointwise(x, self._packed, self.bias, "none", [], "")
+        return packed_linear(x, self._packed, self.bias)
+
+
+def pack_weight(weight: torch.Tensor) -> torch.Tensor:
+    """A (out, in) bf16 weight reordered into oneDNN's blocked layout, for :func:`packed_linear`."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), _LAYOUT_ROWS)
+
+
+def packed_linear(
+    x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``F.linear`` with a weight from :func:`pack_weight`: (..., in) -> (..., out)."""
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
 def packing_supported() -> bool:

@@ -11,6 +11,9 @@ never in the middle of a decode.
 Decoding: prompts are left-padded (attention mask + explicit position ids), each
 distinct prompt is prefilled once and its KV cache repeated for its ``n`` samples, and
 finished sequences are dropped from the batch and the cache so they cost nothing.
+Llama-family models decode with :class:`~trinity.models.fast_decode.LlamaDecoder`
+(fused, packed weights and a preallocated KV cache); other models step transformers'
+forward with a ``DynamicCache``. Prefill and scoring use transformers' forward.
 Logprobs follow the convention in :mod:`trinity.models.sampling`.
 
     engine = TransformersEngine("SmolLM2-135M-Instruct")
@@ -31,6 +34,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from trinity.models.batcher import RequestBatcher
 from trinity.models.cpu_linear import pack_linears, packing_supported, repack
+from trinity.models.fast_decode import DecodeBatch, LlamaDecoder
 from trinity.models.resolve import resolve_model_path
 from trinity.models.sampling import FinishReason, Sample, SamplingParams, sample_tokens
 
@@ -109,6 +113,9 @@ class TransformersEngine:
         batch_window_s: how long the worker waits for more requests before decoding.
         pack_weights: keep oneDNN-packed copies of bf16 linear weights for faster
             decoding (see :mod:`trinity.models.cpu_linear`); ignored where unsupported.
+        fast_decode: decode Llama-family models with the fused decoder of
+            :mod:`trinity.models.fast_decode` (same tokens and logprobs as transformers'
+            forward, up to float rounding); False always steps transformers' forward.
     """
 
     def __init__(
@@ -123,6 +130,7 @@ class TransformersEngine:
         pack_weights: bool = True,
         chat_template: str | None = None,
         enable_thinking: bool | None = None,
+        fast_decode: bool = True,
     ) -> None:
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
@@ -136,9 +144,17 @@ class TransformersEngine:
         self.model = AutoModelForCausalLM.from_pretrained(
             path, dtype=_DTYPES[dtype], attn_implementation="sdpa"
         ).eval()
-        self._packed = pack_linears(self.model) if pack_weights and packing_supported() else []
         self.dtype = dtype
         self.max_model_len = max_model_len or int(self.model.config.max_position_embeddings)
+        # the fused decoder packs its own (fused) weights: one packed copy either way
+        self._fast = (
+            LlamaDecoder.for_model(self.model, self.max_model_len, pack=pack_weights)
+            if fast_decode
+            else None
+        )
+        pack = pack_weights and packing_supported() and self._fast is None
+        self._packed = pack_linears(self.model) if pack else []
+        self.decode_path = "transformers" if self._fast is None else "fused-llama"
         self.eos_token_ids = self._eos_token_ids()
         self.pad_token_id = self._pad_token_id()
         self.max_batch_size = max_batch_size
@@ -251,6 +267,8 @@ class TransformersEngine:
         with self._lock:
             self.model.load_state_dict(state_dict, strict=False)
             repack(self._packed)
+            if self._fast is not None:
+                self._fast.refresh()
             self.model_version = version
 
     def close(self) -> None:
@@ -334,9 +352,7 @@ class TransformersEngine:
         owner = [i for i, e in enumerate(entries) for _ in range(e.params.n)]
         index = torch.tensor(owner)
         if len(owner) > len(entries):
-            cache.batch_select_indices(index)
-            logits, mask = logits[index], mask[index]
-        next_pos = torch.tensor(lengths)[index]
+            logits = logits[index]
         params = [entries[i].params for i in owner]
         generators = [entries[i].generator for i in owner]
         stops = [self._stop_ids(p) for p in params]
@@ -347,6 +363,11 @@ class TransformersEngine:
         temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32)
         top_k = torch.tensor([p.top_k for p in params], dtype=torch.long)
         top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32)
+        batch: DecodeBatch | _TransformersBatch
+        if self._fast is not None:
+            batch = self._fast.start(cache, mask, index, max(budget))
+        else:
+            batch = _TransformersBatch(self.model, cache, mask, index, len(owner) > len(entries))
 
         tokens_out: list[list[int]] = [[] for _ in owner]
         logprobs_out: list[list[float]] = [[] for _ in owner]
@@ -372,20 +393,11 @@ class TransformersEngine:
             if len(keep) < len(alive):
                 # drop finished rows so they stop costing compute
                 kept = torch.tensor(keep)
-                cache.batch_select_indices(kept)
-                mask, next_pos, tokens = mask[kept], next_pos[kept], tokens[kept]
+                batch.keep(kept)
+                tokens = tokens[kept]
                 temperature, top_k, top_p = temperature[kept], top_k[kept], top_p[kept]
                 alive = [alive[j] for j in keep]
-            mask = torch.cat([mask, mask.new_ones((len(alive), 1))], dim=1)
-            out = self.model(
-                input_ids=tokens[:, None],
-                attention_mask=mask,
-                position_ids=next_pos[:, None],
-                past_key_values=cache,
-                use_cache=True,
-            )
-            next_pos = next_pos + 1
-            logits = out.logits[:, -1].float()
+            logits = batch.step(tokens)
 
         samples = [
             Sample(tokens_out[r], logprobs_out[r], finish[r], self.model_version)
@@ -501,6 +513,37 @@ class TransformersEngine:
             if names & state_dict.keys():
                 aliases |= names
         return aliases
+
+
+class _TransformersBatch:
+    """Decode rows stepped through transformers' forward with a ``DynamicCache``
+    (the same interface as :class:`~trinity.models.fast_decode.DecodeBatch`)."""
+
+    def __init__(
+        self, model: Any, cache: DynamicCache, mask: torch.Tensor, rows: torch.Tensor, repeat: bool
+    ) -> None:
+        self.model, self.cache = model, cache
+        if repeat:
+            cache.batch_select_indices(rows)
+        self.mask = mask[rows]  # (B, columns so far)
+        self.positions = self.mask.sum(-1)  # (B,) position of each row's next token
+
+    def keep(self, kept: torch.Tensor) -> None:
+        self.cache.batch_select_indices(kept)
+        self.mask, self.positions = self.mask[kept], self.positions[kept]
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(B,) ids -> (B, V) float32 next-token logits."""
+        self.mask = torch.cat([self.mask, self.mask.new_ones((len(tokens), 1))], dim=1)
+        out = self.model(
+            input_ids=tokens[:, None],
+            attention_mask=self.mask,
+            position_ids=self.positions[:, None],
+            past_key_values=self.cache,
+            use_cache=True,
+        )
+        self.positions = self.positions + 1
+        return out.logits[:, -1].float()
 
 
 def _groups(

@@ -1,0 +1,157 @@
+"""The fused Llama decoder against transformers' forward, on the tiny model: same tokens
+and logprobs, rows finishing at different times, weight swaps, seeds, cache growth."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+
+from trinity.models import fast_decode
+from trinity.models.engine import TransformersEngine
+from trinity.models.fast_decode import unsupported_reason
+from trinity.models.sampling import SamplingParams
+
+PROMPTS = [[1, 4093, 198, 1780, 314], [1, 520, 9531], [1, 30, 31, 32, 33, 34, 35, 36, 37]]
+# bf16 logits differ in rounding between the two paths (packed fused matmuls)
+TOLERANCE = {"float32": 1e-4, "bfloat16": 3e-2}
+# a full forward (scoring) vs one token at a time over a bf16 KV cache: bf16 keeps about
+# 3 significant digits of logits around 10 in size
+SCORING = {"float32": 1e-4, "bfloat16": 0.1}
+
+
+def engines(model_dir, dtype: str) -> tuple[TransformersEngine, TransformersEngine]:
+    fast = TransformersEngine(str(model_dir), dtype=dtype, max_model_len=96)
+    slow = TransformersEngine(str(model_dir), dtype=dtype, max_model_len=96, fast_decode=False)
+    return fast, slow
+
+
+@pytest.fixture(scope="module", params=["float32", "bfloat16"])
+def pair(request, tiny_model_dir):
+    fast, slow = engines(tiny_model_dir, request.param)
+    yield fast, slow, request.param
+    fast.close()
+    slow.close()
+
+
+def assert_same(got, want, tolerance: float) -> None:
+    assert [[s.token_ids for s in g] for g in got] == [[s.token_ids for s in w] for w in want]
+    assert [[s.finish_reason for s in g] for g in got] == [
+        [s.finish_reason for s in w] for w in want
+    ]
+    for g, w in zip(got, want, strict=True):
+        for a, b in zip(g, w, strict=True):
+            torch.testing.assert_close(
+                torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=tolerance, rtol=0
+            )
+
+
+def test_paths_are_chosen_per_model(pair):
+    fast, slow, _ = pair
+    assert fast.decode_path == "fused-llama" and slow.decode_path == "transformers"
+    # q / k / v stay views of the fused weight: no extra copy of the model's weights
+    layer = fast.model.model.layers[0].self_attn
+    fused = fast._fast.layers[0].qkv
+    assert layer.q_proj.weight.untyped_storage().data_ptr() == fused.untyped_storage().data_ptr()
+    assert layer.v_proj.weight.data_ptr() > layer.k_proj.weight.data_ptr() > fused.data_ptr()
+
+
+def test_unsupported_models_keep_the_transformers_forward():
+    small = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, vocab_size=100)
+    small |= dict(num_attention_heads=2, num_key_value_heads=1)
+    assert unsupported_reason(LlamaForCausalLM(LlamaConfig(**small))) is None
+    scaled = LlamaConfig(**small, rope_scaling={"rope_type": "linear", "factor": 2.0})
+    assert "rope scaling 'linear'" in unsupported_reason(LlamaForCausalLM(scaled))
+    biased = LlamaConfig(**small, attention_bias=True)
+    assert "biases" in unsupported_reason(LlamaForCausalLM(biased))
+    assert "Qwen2ForCausalLM" in unsupported_reason(Qwen2ForCausalLM(Qwen2Config(**small)))
+
+
+def test_greedy_equals_transformers_path(pair):
+    fast, slow, dtype = pair
+    params = SamplingParams(n=2, temperature=0, max_tokens=16)
+    assert_same(fast.generate(PROMPTS, params), slow.generate(PROMPTS, params), TOLERANCE[dtype])
+
+
+def test_seeded_sampling_equals_transformers_path_and_repeats(pair):
+    fast, slow, dtype = pair
+    params = SamplingParams(n=3, temperature=0.8, top_p=0.9, max_tokens=12, seed=5)
+    first = fast.generate(PROMPTS, params)
+    assert_same(fast.generate(PROMPTS, params), first, 0.0)
+    assert_same(first, slow.generate(PROMPTS, params), TOLERANCE[dtype])
+    assert len({tuple(s.token_ids) for s in first[0]}) > 1  # the n samples differ
+
+
+def test_sampling_logprobs_equal_compute_logprobs(pair):
+    fast, _, dtype = pair
+    params = SamplingParams(n=2, temperature=0.7, max_tokens=10, seed=2)
+    samples = [
+        (p, s)
+        for p, group in zip(PROMPTS, fast.generate(PROMPTS, params), strict=True)
+        for s in group
+    ]
+    scored = fast.compute_logprobs(
+        [p + s.token_ids for p, s in samples], [len(p) for p, _ in samples], temperature=0.7
+    )
+    for (_, sample), logprobs in zip(samples, scored, strict=True):
+        torch.testing.assert_close(
+            torch.tensor(sample.logprobs), torch.tensor(logprobs), atol=SCORING[dtype], rtol=0
+        )
+
+
+def test_rows_finishing_at_different_times_match(pair):
+    fast, slow, dtype = pair
+    greedy = slow.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=12))
+    # a token the first prompt's greedy answer reaches early ends its rows there
+    stop = greedy[0][0].token_ids[3]
+    requests = [
+        (PROMPTS, SamplingParams(n=2, temperature=0, max_tokens=12, stop_token_ids=[stop])),
+        (PROMPTS[:2], SamplingParams(n=3, temperature=1.0, max_tokens=7, seed=1)),
+        (
+            PROMPTS[1:],
+            SamplingParams(temperature=0, max_tokens=9, min_tokens=6, stop_token_ids=[stop]),
+        ),
+    ]
+    for prompts, params in requests:
+        # submitted together, so they usually share one decode batch
+        futures = [engine.submit(prompts, params) for engine in (fast, slow)]
+        got, want = (future.result() for future in futures)
+        assert_same(got, want, TOLERANCE[dtype])
+    stopped = fast.generate(*requests[0])
+    assert stopped[0][0].finish_reason == "stop" and len(stopped[0][0].token_ids) <= 4
+    assert {len(s.token_ids) for group in fast.generate(*requests[1]) for s in group} == {7}
+
+
+def test_cache_grows_past_its_first_allocation(pair, monkeypatch):
+    fast, slow, dtype = pair
+    monkeypatch.setattr(fast_decode, "_FIRST_CAPACITY", 3)  # doubled twice over 20 tokens
+    params = SamplingParams(n=2, temperature=0, max_tokens=20)
+    assert_same(fast.generate(PROMPTS, params), slow.generate(PROMPTS, params), TOLERANCE[dtype])
+
+
+def test_weight_swap_reaches_the_fused_weights(tiny_model_dir):
+    for dtype in ("float32", "bfloat16"):
+        fast, slow = engines(tiny_model_dir, dtype)
+        params = SamplingParams(n=2, temperature=0, max_tokens=10)
+        before = fast.generate(PROMPTS, params)
+        torch.manual_seed(1)
+        other = AutoModelForCausalLM.from_config(fast.model.config)
+        state = {k: v.to(fast.model.dtype) for k, v in other.state_dict().items()}
+        for engine in (fast, slow):
+            engine.load_state_dict(state, version=1)
+        after = fast.generate(PROMPTS, params)
+        assert [s.token_ids for s in after[0]] != [s.token_ids for s in before[0]]
+        assert_same(after, slow.generate(PROMPTS, params), TOLERANCE[dtype])
+        # scoring sees the same new weights as decoding
+        scored = fast.compute_logprobs([PROMPTS[0] + after[0][0].token_ids], [len(PROMPTS[0])])
+        torch.testing.assert_close(
+            torch.tensor(after[0][0].logprobs), torch.tensor(scored[0]), atol=SCORING[dtype], rtol=0
+        )
+        fast.close()
+        slow.close()
