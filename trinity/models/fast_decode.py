@@ -10,8 +10,8 @@ the same arithmetic with
   (:mod:`trinity.models.cpu_linear`) when the dtype allows;
 - a KV cache preallocated per decode batch, written in place one column per step;
 - cos / sin looked up once per step from a table covering ``max_model_len``;
-- grouped-query attention without repeating k / v: the query heads that share a kv
-  head are stacked as that head's queries, one SDPA call per layer.
+- one SDPA call per layer over the cache, grouped-query heads mapped by the kernel
+  (k / v are not repeated).
 
 The model's own q/k/v and gate/up parameters become views into the fused tensors, so
 ``model.load_state_dict`` updates them in place; call :meth:`LlamaDecoder.refresh`
@@ -228,10 +228,13 @@ class DecodeBatch:
             values = self.values[index]
             keys[:, :, col] = qk[:, heads:]
             values[:, :, col] = qkv[:, qk_width:].view(batch, kv_heads, dim)
-            # query heads sharing a kv head are that head's queries (no k / v repeat)
-            q = qk[:, :heads].view(batch, kv_heads, heads // kv_heads, dim)
+            # the fused CPU kernel maps query heads to kv heads itself (no k / v repeat)
             attn = F.scaled_dot_product_attention(
-                q, keys[:, :, : col + 1], values[:, :, : col + 1], attn_mask=mask
+                qk[:, :heads, None],
+                keys[:, :, : col + 1],
+                values[:, :, : col + 1],
+                attn_mask=mask,
+                enable_gqa=True,
             )
             x = x + d.linear(attn.reshape(batch, q_width), o_w)
             gate_up = d.linear(F.rms_norm(x, (d.hidden,), layer.norm2, d.eps), gate_up_w)

@@ -134,8 +134,12 @@ def sample_tokens(
     """
     greedy = temperature <= 0
     scale = torch.where(greedy, torch.ones_like(temperature), temperature)
-    scaled = logits / scale[:, None]
-    logprobs = scaled.log_softmax(dim=-1)
+    # dividing by 1 is exact: skip the pass over the logits when no row needs it
+    scaled = logits if bool((scale == 1).all()) else logits / scale[:, None]
+    # one exp pass serves the logprobs' normalizer and, unfiltered, the sampling weights
+    top = scaled.amax(dim=-1, keepdim=True)
+    weights = (scaled - top).exp_()
+    log_normalizer = top.squeeze(-1) + weights.sum(dim=-1).log()
     allowed = scaled if banned is None else scaled.masked_fill(banned, float("-inf"))
     if bool(greedy.all()):
         tokens = allowed.argmax(dim=-1)
@@ -143,16 +147,53 @@ def sample_tokens(
         tokens = torch.zeros(logits.size(0), dtype=torch.long)
         if bool(greedy.any()):
             tokens[greedy] = allowed[greedy].argmax(dim=-1)
-        # inverse-CDF sampling: one uniform number per row instead of one per token
-        # (torch.multinomial draws a vocabulary's worth of random numbers, ~40x slower);
-        # zero-probability tokens are flat steps of the CDF, which right=True never picks
-        cdf = filter_logits(allowed, top_k, top_p).softmax(dim=-1).cumsum(dim=-1)
+        filtered = filter_logits(allowed, top_k, top_p)
+        if filtered is not scaled:
+            weights = (filtered - filtered.amax(dim=-1, keepdim=True)).exp_()
         for rows, generator in generators:
             rows = rows[~greedy[rows]]
             if rows.numel() == 0:
                 continue
-            row_cdf = cdf if rows.numel() == cdf.size(0) else cdf[rows]
-            u = torch.rand(rows.numel(), generator=generator) * row_cdf[:, -1]
-            picked = torch.searchsorted(row_cdf, u[:, None], right=True).squeeze(-1)
-            tokens[rows] = picked.clamp(max=cdf.size(-1) - 1)
-    return tokens, logprobs.gather(1, tokens[:, None]).squeeze(-1)
+            row_weights = weights if rows.numel() == weights.size(0) else weights[rows]
+            u = torch.rand(rows.numel(), generator=generator)
+            tokens[rows] = _inverse_cdf(row_weights, u)
+    logprobs = scaled.gather(1, tokens[:, None]).squeeze(-1) - log_normalizer
+    return tokens, logprobs
+
+
+_BLOCK = 256  # tokens per block of the two-level inverse-CDF search
+
+
+def _inverse_cdf(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF sampling: for each row, the first token whose cumulative weight
+    exceeds ``u * total``; tokens of zero weight are never picked.
+
+    One uniform number per row instead of one per token (torch.multinomial draws a
+    vocabulary's worth of random numbers, ~40x slower). The search is two-level, block
+    sums first and then one block, so no (B, V) cumulative sum is written.
+
+    Args:
+        weights: (B, V) non-negative unnormalized probabilities, each row with mass > 0.
+        u: (B,) uniform numbers in [0, 1).
+
+    Returns:
+        (B,) int64 token ids.
+    """
+    rows, vocab = weights.shape
+    full = vocab // _BLOCK * _BLOCK
+    sums = weights[:, :full].reshape(rows, -1, _BLOCK).sum(dim=-1)
+    if full < vocab:
+        sums = torch.cat([sums, weights[:, full:].sum(dim=-1, keepdim=True)], dim=1)
+    block_cdf = sums.cumsum(dim=-1)  # (B, blocks)
+    target = u[:, None] * block_cdf[:, -1:]
+    # zero-weight blocks are flat steps of the CDF, which right=True never picks
+    block = torch.searchsorted(block_cdf, target, right=True).clamp(max=sums.size(1) - 1)
+    before = (block_cdf.gather(1, block) - sums.gather(1, block)).squeeze(-1)
+    columns = block * _BLOCK + torch.arange(_BLOCK)  # (B, _BLOCK)
+    inside = weights.gather(1, columns.clamp(max=vocab - 1)).masked_fill(columns >= vocab, 0)
+    picked = torch.searchsorted(
+        inside.cumsum(dim=-1), (target.squeeze(-1) - before).clamp(min=0)[:, None], right=True
+    )
+    # rounding can put the target past the block's own sum: take its last non-zero token
+    last = torch.where(inside > 0, torch.arange(_BLOCK), -1).amax(dim=-1, keepdim=True)
+    return (block * _BLOCK + torch.minimum(picked, last)).squeeze(-1)
