@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-_PLAIN_ABOVE_ROWS = 256  # from here on the plain matmul is faster (prefill)
+PLAIN_ABOVE_ROWS = 256  # from here on the plain matmul is faster (prefill)
 _LAYOUT_ROWS = 16  # the row count oneDNN tunes the packed layout for
 
 
@@ -38,7 +38,7 @@ class PackedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(..., in_features) -> (..., out_features)."""
-        if x.numel() > _PLAIN_ABOVE_ROWS * self.in_features:
+        if x.numel() > PLAIN_ABOVE_ROWS * self.in_features:
             return F.linear(x, self.weight, self.bias)
         return packed_linear(x, self._packed, self.bias)
 

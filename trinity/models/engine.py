@@ -13,7 +13,7 @@ distinct prompt is prefilled once and its KV cache repeated for its ``n`` sample
 finished sequences are dropped from the batch and the cache so they cost nothing.
 Llama-family models decode with :class:`~trinity.models.fast_decode.LlamaDecoder`
 (fused, packed weights and a preallocated KV cache); other models step transformers'
-forward with a ``DynamicCache``. Prefill and scoring use transformers' forward.
+forward with a ``DynamicCache``. Scoring uses transformers' forward.
 Logprobs follow the convention in :mod:`trinity.models.sampling`.
 
     engine = TransformersEngine("SmolLM2-135M-Instruct")
@@ -247,7 +247,9 @@ class TransformersEngine:
                 logits_to_keep=len(token_ids) - prompt_length + 1,
             ).logits[0, :-1]
             values, ids = (logits.float() / scale).log_softmax(-1).topk(k, dim=-1)
-        return [list(zip(i, v, strict=True)) for i, v in zip(ids.tolist(), values.tolist(), strict=True)]
+        return [
+            list(zip(i, v, strict=True)) for i, v in zip(ids.tolist(), values.tolist(), strict=True)
+        ]
 
     def load_state_dict(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         """Swap in new weights between decode batches and set ``model_version``.
@@ -317,12 +319,8 @@ class TransformersEngine:
 
     # ---- decoding -------------------------------------------------------------------
 
-    def _prefill(self, entries: list[_Entry]) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
-        """Run the left-padded prompts once.
-
-        Returns:
-            the KV cache, next-token logits (E, V) float32, attention mask (E, P) int64.
-        """
+    def _left_padded(self, entries: list[_Entry]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The prompts as (E, P) ids, left-padded, and their (E, P) int64 attention mask."""
         lengths = [len(e.prompt) for e in entries]
         width = max(lengths)
         input_ids = torch.full((len(entries), width), self.pad_token_id, dtype=torch.long)
@@ -330,6 +328,16 @@ class TransformersEngine:
         for i, entry in enumerate(entries):
             input_ids[i, width - lengths[i] :] = torch.tensor(entry.prompt)
             mask[i, width - lengths[i] :] = 1
+        return input_ids, mask
+
+    def _prefill(
+        self, input_ids: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[DynamicCache, torch.Tensor]:
+        """Run the left-padded prompts once through transformers' forward.
+
+        Returns:
+            the KV cache and the next-token logits (E, V) float32.
+        """
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache(config=self.model.config)
         out = self.model(
@@ -340,19 +348,17 @@ class TransformersEngine:
             use_cache=True,
             logits_to_keep=1,
         )
-        return cache, out.logits[:, -1].float(), mask
+        return cache, out.logits[:, -1].float()
 
     def _decode(self, entries: list[_Entry]) -> list[list[Sample]]:
         """Decode one batch; returns ``n`` samples per entry."""
         self.num_batches += 1
         lengths = [len(e.prompt) for e in entries]
-        cache, logits, mask = self._prefill(entries)
+        input_ids, mask = self._left_padded(entries)
 
         # one row per sample: the prefill of each prompt is shared by its n samples
         owner = [i for i, e in enumerate(entries) for _ in range(e.params.n)]
         index = torch.tensor(owner)
-        if len(owner) > len(entries):
-            logits = logits[index]
         params = [entries[i].params for i in owner]
         generators = [entries[i].generator for i in owner]
         stops = [self._stop_ids(p) for p in params]
@@ -365,9 +371,12 @@ class TransformersEngine:
         top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32)
         batch: DecodeBatch | _TransformersBatch
         if self._fast is not None:
-            batch = self._fast.start(cache, mask, index, max(budget))
+            batch, logits = self._fast.start(input_ids, mask, index, max(budget))
         else:
+            cache, logits = self._prefill(input_ids, mask)
             batch = _TransformersBatch(self.model, cache, mask, index, len(owner) > len(entries))
+        if len(owner) > len(entries):
+            logits = logits[index]
 
         tokens_out: list[list[int]] = [[] for _ in owner]
         logprobs_out: list[list[float]] = [[] for _ in owner]

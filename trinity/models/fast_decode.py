@@ -15,24 +15,30 @@ the same arithmetic with
 
 The model's own q/k/v and gate/up parameters become views into the fused tensors, so
 ``model.load_state_dict`` updates them in place; call :meth:`LlamaDecoder.refresh`
-afterwards to repack. Prefill stays on transformers' forward: :meth:`LlamaDecoder.start`
-copies its cache into the static one.
+afterwards to repack. The prompts' prefill runs the same layers (a causal mask over
+the left-padded prompts) and writes each prompt's keys and values once per row that
+samples from it.
 
     decoder = LlamaDecoder.for_model(model, max_positions=2048)  # None: not supported
-    batch = decoder.start(prefill_cache, mask, rows, new_tokens=32)
+    batch, logits = decoder.start(input_ids, mask, rows, new_tokens=32)
     logits = batch.step(tokens)  # (B, V) float32, one column further
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trinity.models.cpu_linear import pack_weight, packed_linear, packing_supported
+from trinity.models.cpu_linear import (
+    PLAIN_ABOVE_ROWS,
+    pack_weight,
+    packed_linear,
+    packing_supported,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -70,24 +76,27 @@ def _fuse(linears: list[nn.Linear]) -> torch.Tensor:
 class _Layer:
     def __init__(self, layer: nn.Module) -> None:
         attn, mlp = layer.self_attn, layer.mlp
-        self.qkv = _fuse([attn.q_proj, attn.k_proj, attn.v_proj])  # (Q + 2 KV, H)
-        self.gate_up = _fuse([mlp.gate_proj, mlp.up_proj])  # (2 I, H)
-        self.o = attn.o_proj.weight
-        self.down = mlp.down_proj.weight
+        qkv = _fuse([attn.q_proj, attn.k_proj, attn.v_proj])  # (Q + 2 KV, H)
+        gate_up = _fuse([mlp.gate_proj, mlp.up_proj])  # (2 I, H)
+        self.weights = [qkv, attn.o_proj.weight, gate_up, mlp.down_proj.weight]
+        self.packed = self.weights  # replaced by packed copies when packing applies
         self.norm1 = layer.input_layernorm.weight
         self.norm2 = layer.post_attention_layernorm.weight
-        self.packed: list[torch.Tensor] = []
+
+
+# attention of one layer: (layer index, q (N, heads, d), k and v (N, kv_heads, d)),
+# the N new tokens' rows after RoPE -> (N, heads * d)
+Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 class LlamaDecoder:
-    """Decode steps of a ``LlamaForCausalLM`` with fused weights and a static KV cache.
+    """Prefill and decode steps of a ``LlamaForCausalLM`` with fused weights.
 
     Build it with :meth:`for_model` (None when the model is not supported).
     """
 
     def __init__(self, model: nn.Module, max_positions: int, pack: bool = True) -> None:
         config = model.config
-        self.model = model
         self.hidden = config.hidden_size
         self.heads = config.num_attention_heads
         self.kv_heads = config.num_key_value_heads
@@ -98,6 +107,7 @@ class LlamaDecoder:
         self.embed = model.model.embed_tokens.weight
         self.final_norm = model.model.norm.weight
         self.head = model.lm_head.weight
+        self.head_packed = self.head
         self.dtype = self.embed.dtype
         self.pack = pack and self.dtype == torch.bfloat16 and packing_supported()
         # the model's own rotary module, so the table equals what its forward computes
@@ -105,7 +115,7 @@ class LlamaDecoder:
         with torch.inference_mode():
             cos, sin = model.model.rotary_emb(self.embed[:1], positions)
         half = self.head_dim // 2
-        self.cos = cos[0].clone()  # (P, d)
+        self.cos = cos[0].clone()  # (max_positions, d)
         # rotate_half(x) * sin == roll(x, half) * sin with the first half of sin negated
         self.sin = torch.cat([-sin[0, :, :half], sin[0, :, half:]], dim=-1)
         self.refresh()
@@ -127,60 +137,106 @@ class LlamaDecoder:
     @torch.no_grad()
     def refresh(self) -> None:
         """Repack the weights after they changed in place (a weight sync)."""
-        self.head_packed = self._packed(self.head)
+        if not self.pack:
+            return
+        self.head_packed = pack_weight(self.head)
         for layer in self.layers:
-            layer.packed = [
-                self._packed(w) for w in (layer.qkv, layer.o, layer.gate_up, layer.down)
-            ]
+            layer.packed = [pack_weight(w) for w in layer.weights]
 
-    def _packed(self, weight: torch.Tensor) -> torch.Tensor:
-        return pack_weight(weight) if self.pack else weight
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
+        """(N, in) -> (N, out): the packed weight for decode-sized inputs."""
+        if self.pack and x.size(0) <= PLAIN_ABOVE_ROWS:
+            return packed_linear(x, packed)
+        return F.linear(x, weight)
 
-    def linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        return packed_linear(x, weight) if self.pack else F.linear(x, weight)
+    def forward(
+        self, tokens: torch.Tensor, positions: torch.Tensor, attend: Attend
+    ) -> torch.Tensor:
+        """The layers over N new tokens: (N,) ids and positions -> (N, H) final hidden
+        states (after the last norm)."""
+        heads, kv_heads, dim = self.heads, self.kv_heads, self.head_dim
+        rows, qk_width = tokens.numel(), (heads + kv_heads) * dim
+        cos = self.cos.index_select(0, positions)[:, None]  # (N, 1, d)
+        sin = self.sin.index_select(0, positions)[:, None]
+        x = F.embedding(tokens, self.embed)  # (N, H)
+        for index, layer in enumerate(self.layers):
+            (qkv_w, o_w, gate_up_w, down_w), packed = layer.weights, layer.packed
+            h = F.rms_norm(x, (self.hidden,), layer.norm1, self.eps)
+            qkv = self.linear(h, qkv_w, packed[0])
+            qk = qkv[:, :qk_width].view(rows, heads + kv_heads, dim)
+            qk = qk * cos + qk.roll(dim // 2, -1) * sin
+            v = qkv[:, qk_width:].view(rows, kv_heads, dim)
+            attn = attend(index, qk[:, :heads], qk[:, heads:], v)
+            x = x + self.linear(attn, o_w, packed[1])
+            h = F.rms_norm(x, (self.hidden,), layer.norm2, self.eps)
+            gate_up = self.linear(h, gate_up_w, packed[2])
+            act = F.silu(gate_up[:, : self.intermediate]) * gate_up[:, self.intermediate :]
+            x = x + self.linear(act, down_w, packed[3])
+        return F.rms_norm(x, (self.hidden,), self.final_norm, self.eps)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(N, H) final hidden states -> (N, V) float32 logits."""
+        return self.linear(hidden, self.head, self.head_packed).float()
 
     def start(
-        self, cache: Any, mask: torch.Tensor, rows: torch.Tensor, new_tokens: int
-    ) -> DecodeBatch:
-        """A decode batch continuing a transformers prefill.
+        self, input_ids: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor, new_tokens: int
+    ) -> tuple[DecodeBatch, torch.Tensor]:
+        """Prefill E left-padded prompts and start a decode batch of B rows from them.
 
         Args:
-            cache: the prefill's ``DynamicCache``, E prompts left-padded to width P.
-            mask: (E, P) attention mask of the prefill (1 for real tokens).
+            input_ids: (E, P) prompt ids, left-padded.
+            mask: (E, P) 1 for real tokens, 0 for padding.
             rows: (B,) prompt index of each decode row.
             new_tokens: most tokens any row will generate (sizes the first allocation).
+
+        Returns:
+            the batch, and (E, V) float32 next-token logits of each prompt.
         """
-        return DecodeBatch(self, cache, mask, rows, new_tokens)
+        batch = DecodeBatch(self, mask.bool().index_select(0, rows), new_tokens)
+        logits = batch.prefill(input_ids, mask.bool(), rows)
+        return batch, logits
 
 
 class DecodeBatch:
     """The KV cache and positions of the rows of one decode batch."""
 
-    def __init__(
-        self,
-        decoder: LlamaDecoder,
-        cache: Any,
-        mask: torch.Tensor,
-        rows: torch.Tensor,
-        new_tokens: int,
-    ) -> None:
+    def __init__(self, decoder: LlamaDecoder, mask: torch.Tensor, new_tokens: int) -> None:
+        """``mask``: (B, P) True where each row's prompt has a real token."""
         self.d = decoder
-        width = mask.size(1)
-        batch = rows.numel()
+        batch, width = mask.shape
         self.column = width  # cache column the next token is written to
         capacity = width + min(new_tokens, _FIRST_CAPACITY)
         shape = (len(decoder.layers), batch, decoder.kv_heads, capacity, decoder.head_dim)
         self.keys = torch.empty(shape, dtype=decoder.dtype)
         self.values = torch.empty(shape, dtype=decoder.dtype)
-        for index, layer in enumerate(cache.layers):
-            self.keys[index, :, :, :width] = layer.keys.index_select(0, rows)
-            self.values[index, :, :, :width] = layer.values.index_select(0, rows)
-        mask = mask.bool().index_select(0, rows)
         self.positions = mask.sum(-1)  # (B,) position of the next token of each row
         self.mask = None  # (B, capacity) True where a row may attend; None: everywhere
         if not bool(mask.all()):
             self.mask = torch.ones((batch, capacity), dtype=torch.bool)
             self.mask[:, :width] = mask
+
+    def prefill(
+        self, input_ids: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor
+    ) -> torch.Tensor:
+        """Run the (E, P) prompts, fill the cache's first P columns of each row from its
+        prompt (``rows``: (B,) prompt index), return the (E, V) last-position logits."""
+        d = self.d
+        prompts, width = input_ids.shape
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        # causal and no padding keys; a padding query attends to itself (never all-masked)
+        causal = torch.ones((width, width), dtype=torch.bool).tril()
+        allowed = (causal & mask[:, None, :]) | torch.eye(width, dtype=torch.bool)
+        allowed = allowed[:, None]  # (E, 1, P, P)
+
+        def attend(index: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            q, k, v = (t.view(prompts, width, -1, d.head_dim).transpose(1, 2) for t in (q, k, v))
+            self.keys[index, :, :, :width] = k.index_select(0, rows)
+            self.values[index, :, :, :width] = v.index_select(0, rows)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=True)
+            return out.transpose(1, 2).reshape(prompts * width, -1)
+
+        hidden = d.forward(input_ids.flatten(), positions.flatten(), attend)
+        return d.logits(hidden.view(prompts, width, -1)[:, -1])
 
     @property
     def size(self) -> int:
@@ -209,38 +265,26 @@ class DecodeBatch:
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         """Run one token per row: (B,) ids -> (B, V) float32 next-token logits."""
-        d = self.d
         if self.column == self.keys.size(3):
             self._grow()
-        batch, col = tokens.numel(), self.column
-        heads, kv_heads, dim = d.heads, d.kv_heads, d.head_dim
-        q_width, qk_width = heads * dim, (heads + kv_heads) * dim
-        cos = d.cos.index_select(0, self.positions)[:, None]  # (B, 1, d)
-        sin = d.sin.index_select(0, self.positions)[:, None]
+        col = self.column
         mask = None if self.mask is None else self.mask[:, None, None, : col + 1]
-        x = F.embedding(tokens, d.embed)  # (B, H)
-        for index, layer in enumerate(d.layers):
-            qkv_w, o_w, gate_up_w, down_w = layer.packed
-            qkv = d.linear(F.rms_norm(x, (d.hidden,), layer.norm1, d.eps), qkv_w)
-            qk = qkv[:, :qk_width].view(batch, heads + kv_heads, dim)
-            qk = qk * cos + qk.roll(dim // 2, -1) * sin
-            keys = self.keys[index]
-            values = self.values[index]
-            keys[:, :, col] = qk[:, heads:]
-            values[:, :, col] = qkv[:, qk_width:].view(batch, kv_heads, dim)
+
+        def attend(index: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            keys, values = self.keys[index], self.values[index]  # (B, kv_heads, T, d)
+            keys[:, :, col] = k
+            values[:, :, col] = v
             # the fused CPU kernel maps query heads to kv heads itself (no k / v repeat)
-            attn = F.scaled_dot_product_attention(
-                qk[:, :heads, None],
+            out = F.scaled_dot_product_attention(
+                q[:, :, None],
                 keys[:, :, : col + 1],
                 values[:, :, : col + 1],
                 attn_mask=mask,
                 enable_gqa=True,
             )
-            x = x + d.linear(attn.reshape(batch, q_width), o_w)
-            gate_up = d.linear(F.rms_norm(x, (d.hidden,), layer.norm2, d.eps), gate_up_w)
-            act = F.silu(gate_up[:, : d.intermediate]) * gate_up[:, d.intermediate :]
-            x = x + d.linear(act, down_w)
+            return out.reshape(q.size(0), -1)
+
+        hidden = self.d.forward(tokens, self.positions, attend)
         self.column += 1
         self.positions = self.positions + 1
-        logits = d.linear(F.rms_norm(x, (d.hidden,), d.final_norm, d.eps), d.head_packed)
-        return logits.float()
+        return self.d.logits(hidden)

@@ -57,7 +57,7 @@ def test_paths_are_chosen_per_model(pair):
     assert fast.decode_path == "fused-llama" and slow.decode_path == "transformers"
     # q / k / v stay views of the fused weight: no extra copy of the model's weights
     layer = fast.model.model.layers[0].self_attn
-    fused = fast._fast.layers[0].qkv
+    fused = fast._fast.layers[0].weights[0]
     assert layer.q_proj.weight.untyped_storage().data_ptr() == fused.untyped_storage().data_ptr()
     assert layer.v_proj.weight.data_ptr() > layer.k_proj.weight.data_ptr() > fused.data_ptr()
 
@@ -126,6 +126,14 @@ def test_rows_finishing_at_different_times_match(pair):
     stopped = fast.generate(*requests[0])
     assert stopped[0][0].finish_reason == "stop" and len(stopped[0][0].token_ids) <= 4
     assert {len(s.token_ids) for group in fast.generate(*requests[1]) for s in group} == {7}
+
+
+def test_long_prompts_match(pair):
+    # 3 prompts of up to 88 tokens: the prefill (264 rows) takes the plain matmul
+    prompts = [list(range(100, 188)), list(range(300, 350)), list(range(500, 580))]
+    params = SamplingParams(n=2, temperature=0, max_tokens=4)
+    fast, slow, dtype = pair
+    assert_same(fast.generate(prompts, params), slow.generate(prompts, params), TOLERANCE[dtype])
 
 
 def test_cache_grows_past_its_first_allocation(pair, monkeypatch):
