@@ -238,10 +238,6 @@ class DecodeBatch:
         hidden = d.forward(input_ids.flatten(), positions.flatten(), attend)
         return d.logits(hidden.view(prompts, width, -1)[:, -1])
 
-    @property
-    def size(self) -> int:
-        return self.positions.numel()
-
     def keep(self, kept: torch.Tensor) -> None:
         """Keep only the rows ``kept`` (ascending batch indices), so the rest cost nothing."""
         used = self.column
