@@ -3,6 +3,8 @@ and logprobs, rows finishing at different times, weight swaps, seeds, cache grow
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 from transformers import (
@@ -15,7 +17,7 @@ from transformers import (
 
 from trinity.models import fast_decode
 from trinity.models.engine import TransformersEngine
-from trinity.models.fast_decode import unsupported_reason
+from trinity.models.fast_decode import LlamaDecoder, unsupported_reason
 from trinity.models.sampling import SamplingParams
 
 PROMPTS = [[1, 4093, 198, 1780, 314], [1, 520, 9531], [1, 30, 31, 32, 33, 34, 35, 36, 37]]
@@ -62,10 +64,15 @@ def test_paths_are_chosen_per_model(pair):
     assert layer.v_proj.weight.data_ptr() > layer.k_proj.weight.data_ptr() > fused.data_ptr()
 
 
-def test_unsupported_models_keep_the_transformers_forward():
+def test_unsupported_models_keep_the_transformers_forward(caplog):
     small = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, vocab_size=100)
     small |= dict(num_attention_heads=2, num_key_value_heads=1)
     assert unsupported_reason(LlamaForCausalLM(LlamaConfig(**small))) is None
+    with caplog.at_level(logging.DEBUG, logger="trinity.models.fast_decode"):
+        assert LlamaDecoder.for_model(LlamaForCausalLM(LlamaConfig(**small)), 16) is not None
+        assert LlamaDecoder.for_model(Qwen2ForCausalLM(Qwen2Config(**small)), 16) is None
+    assert "decode path: fused Llama decoder" in caplog.text
+    assert "decode path: transformers forward (architecture Qwen2ForCausalLM" in caplog.text
     scaled = LlamaConfig(**small, rope_scaling={"rope_type": "linear", "factor": 2.0})
     assert "rope scaling 'linear'" in unsupported_reason(LlamaForCausalLM(scaled))
     biased = LlamaConfig(**small, attention_bias=True)
