@@ -242,8 +242,12 @@ class DecodeBatch:
         """Keep only the rows ``kept`` (ascending batch indices), so the rest cost nothing."""
         used = self.column
         n = kept.numel()
-        for cache in (self.keys, self.values):
-            cache[:, :n, :, :used] = cache[:, kept, :, :used]
+        # rows before the first finished one stay where they are
+        moved = (kept != torch.arange(n)).nonzero()
+        if moved.numel():
+            first = int(moved[0])
+            for cache in (self.keys, self.values):
+                cache[:, first:n, :, :used] = cache[:, kept[first:], :, :used]
         self.keys, self.values = self.keys[:, :n], self.values[:, :n]
         self.positions = self.positions[kept]
         if self.mask is not None:

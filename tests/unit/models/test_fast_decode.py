@@ -170,3 +170,21 @@ def test_weight_swap_reaches_the_fused_weights(tiny_model_dir):
         )
         fast.close()
         slow.close()
+
+
+@pytest.mark.parametrize("kept", [[1, 3], [0, 1, 3], [0, 1, 2]])
+def test_dropped_rows_leave_the_others_unchanged(pair, kept):
+    fast, _, dtype = pair
+    ids = torch.tensor([[0, 0, 1, 4093, 198], [1, 520, 9531, 30, 31], [0, 1, 30, 31, 32]])
+    mask = (torch.arange(5) >= torch.tensor([[2], [0], [1]])).long()
+    rows = torch.tensor([0, 1, 2, 1])
+    steps = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]])
+    with torch.inference_mode():
+        batch, _ = fast._fast.start(ids, mask, rows, new_tokens=3)
+        batch.step(steps[0])
+        batch.keep(torch.tensor(kept))
+        got = batch.step(steps[1, kept])
+        alone, _ = fast._fast.start(ids, mask, rows[kept], new_tokens=3)
+        alone.step(steps[0, kept])
+        want = alone.step(steps[1, kept])
+    torch.testing.assert_close(got, want, atol=TOLERANCE[dtype], rtol=0)
