@@ -5,10 +5,10 @@
 
 One ``Trainer.train_step`` (GRPO, one update, no reference model) on a batch of
 ``--batch`` synthetic rollouts of ``--prompt`` + ``--response`` tokens with the default
-model, in float32 and in bfloat16 (fp32 master weights, bf16 autocast). As in GRPO,
-``--group`` rollouts share each prompt (the trainer runs a shared prompt once; use
-``--group 1`` for distinct prompts). Tokens/s counts every row's tokens; the FLOPs count
-what the model actually runs (each distinct prompt once):
+model, in float32 and in bfloat16 (bf16 parameters, fp32 master weights in the
+optimizer). As in GRPO, ``--group`` rollouts share each prompt (the trainer runs a
+shared prompt once; use ``--group 1`` for distinct prompts). Tokens/s counts every row's
+tokens; the FLOPs count what the model actually runs (each distinct prompt once):
 
     FLOPs = 6 * (non-embedding params) * tokens run          (forward + backward matmuls)
           + 6 * (LM-head params) * response tokens           (logits only where trained)

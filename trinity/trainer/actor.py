@@ -93,35 +93,55 @@ def _logits_with_shared_prompts(
     from transformers import DynamicCache
 
     prompt, response = batch.prompt_width, batch.response_width
+    decoder, lm_head = model.get_decoder(), model.get_output_embeddings()
+    # the last response token predicts nothing: run the first R - 1 only
+    end = prompt + response - 1
+    prompt_ids, response_ids = batch.input_ids[first, :prompt], batch.input_ids[:, prompt:end]
+    # one embedding lookup and one LM head for both passes: one backward each, and the
+    # tied weight's gradient is summed from two parts instead of four
+    embeds = model.get_input_embeddings()(
+        torch.cat([prompt_ids.reshape(-1), response_ids.reshape(-1)])
+    )
     cache = DynamicCache(config=model.config)
-    head = model(
-        input_ids=batch.input_ids[first, :prompt],
+    hidden = decoder(
+        inputs_embeds=embeds[: prompt_ids.numel()].view(*prompt_ids.shape, -1),
         attention_mask=batch.attention_mask[first, :prompt],
         position_ids=batch.position_ids[first, :prompt],
         past_key_values=cache,
         use_cache=True,
-        logits_to_keep=1,
-    ).logits[inverse]  # (B, 1, V): predicts the first response token
-    if response == 1:
-        return head
-    cache.batch_select_indices(inverse)  # differentiable: the rows share the prompt's K, V
-    # the last response token predicts nothing: run the first R - 1 only
-    end = prompt + response - 1
-    rest = model(
-        input_ids=batch.input_ids[:, prompt:end],
-        attention_mask=batch.attention_mask[:, :end],
-        position_ids=batch.position_ids[:, prompt:end],
-        past_key_values=cache,
-        use_cache=True,
-    ).logits
-    return torch.cat([head, rest], dim=1)
+    ).last_hidden_state[inverse, -1:]  # (B, 1, H): predicts the first response token
+    if response > 1:
+        cache.batch_select_indices(inverse)  # differentiable: the rows share the prompt's K, V
+        rest = decoder(
+            inputs_embeds=embeds[prompt_ids.numel() :].view(*response_ids.shape, -1),
+            attention_mask=batch.attention_mask[:, :end],
+            position_ids=batch.position_ids[:, prompt:end],
+            past_key_values=cache,
+            use_cache=True,
+        ).last_hidden_state
+        hidden = torch.cat([hidden, rest], dim=1)
+    return lm_head(hidden)
+
+
+def _plain_lm_head(model: torch.nn.Module) -> bool:
+    """Whether the logits are the LM head of the decoder's output, nothing more (no
+    soft-capping or scaling), so the shared-prompt path may apply the head itself."""
+    config = getattr(model, "config", None)
+    return (
+        callable(getattr(model, "get_decoder", None))
+        and getattr(config, "final_logit_softcapping", None) is None
+        and getattr(config, "logit_scale", None) is None
+        and getattr(config, "logits_scaling", None) is None
+    )
 
 
 def response_logits(model: torch.nn.Module, batch: TrainBatch) -> torch.Tensor:
     """(B, R, V) logits predicting each response token."""
     width = batch.response_width
     with attention_backend(model, batch):
-        shared = None if _checkpointing(model) else shared_prompt_rows(batch)
+        shared = None
+        if not _checkpointing(model) and _plain_lm_head(model):
+            shared = shared_prompt_rows(batch)
         if shared is not None:
             return _logits_with_shared_prompts(model, batch, *shared)
         out = model(

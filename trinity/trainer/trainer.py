@@ -37,6 +37,7 @@ from trinity.trainer.actor import forward_logprobs
 from trinity.trainer.batch import TrainBatch, collate
 from trinity.trainer.critic import Critic, enable_checkpointing
 from trinity.trainer.optim import build_optimizer
+from trinity.trainer.precision import MasterWeights
 from trinity.types import Experience
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
@@ -97,9 +98,12 @@ class Trainer:
         logger: logging.Logger | None = None,
         critic_model_dir: str | Path | None = None,
         rank_info: distributed.RankInfo | None = None,
+        bf16_weights: bool | None = None,
     ) -> None:
         """``rank_info``: this process's rank in a data-parallel trainer whose process
-        group is already initialised (``trinity.trainer.distributed``); None: one rank."""
+        group is already initialised (``trinity.trainer.distributed``); None: one rank.
+        ``bf16_weights``: False keeps fp32 parameters under bf16 autocast where bf16
+        parameters would be used (None: bf16 parameters wherever they apply)."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.config = config
@@ -119,7 +123,16 @@ class Trainer:
         if self.pad_token_id is None:
             self.pad_token_id = self.tokenizer.eos_token_id
         self.compute_dtype = compute_dtype(config.model.dtype)
-        # fp32 master weights; the forward runs under bf16 autocast when model.dtype says so
+        # loaded in fp32; with model.dtype bfloat16 on one rank without LoRA the parameters
+        # become bf16 and the optimizer keeps fp32 masters (trinity/trainer/precision.py),
+        # otherwise fp32 parameters run under bf16 autocast
+        self.bf16_weights = (
+            self.compute_dtype == torch.bfloat16
+            and not config.model.lora_configs
+            and self.world_size == 1
+            and bf16_weights is not False
+        )
+        self.autocast_dtype = None if self.bf16_weights else self.compute_dtype
         self.model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32)
         self.model.train()
         if tc.actor_rollout_ref.model.enable_gradient_checkpointing:
@@ -148,9 +161,9 @@ class Trainer:
 
         self.ref_model = None
         if algo.use_reference:
-            # the same weights and autocast as the actor, so both agree exactly at the start
+            # the same weights and precision as the actor, so both agree exactly at the start
             self.ref_model = AutoModelForCausalLM.from_pretrained(
-                self.model_dir, dtype=torch.float32
+                self.model_dir, dtype=self.compute_dtype if self.bf16_weights else torch.float32
             ).eval()
             self.ref_model.requires_grad_(False)
             if tc.actor_rollout_ref.model.enable_gradient_checkpointing:
@@ -172,9 +185,12 @@ class Trainer:
             if self.critic is not None or self.lora is not None:
                 raise TrainerSetupError("a critic or LoRA needs a one-rank trainer")
             distributed.shard_model(self.model)
+        self.master = MasterWeights(self.model, self.compute_dtype) if self.bf16_weights else None
         opt = algo.optimizer
         self.optimizer, self.scheduler = build_optimizer(
-            [p for p in self.model.parameters() if p.requires_grad],
+            self.master.masters
+            if self.master is not None
+            else [p for p in self.model.parameters() if p.requires_grad],
             lr=opt.lr,
             weight_decay=opt.weight_decay,
             betas=tuple(opt.betas),
@@ -312,6 +328,8 @@ class Trainer:
             batch, self.micro_batch_size, self.rank, self.world_size, self.max_tokens
         )
         for micro, padding in micros:
+            if self.master is not None:
+                self.master.accumulate()  # the previous micro-batch's gradient, into fp32
             metrics = self._micro_step(micro, normalizer, expert_normalizer, padding)
             for k, v in metrics.items() if not padding else ():
                 total, count = totals.get(k, (0.0, 0))
@@ -332,7 +350,7 @@ class Trainer:
             temperature=self.temperature,
             compute_entropy=True,
             entropy_grad=self.entropy_has_grad,
-            compute_dtype=self.compute_dtype,
+            compute_dtype=self.autocast_dtype,
         )
         rl_mask = micro.rl_mask
         # mix picks its rollout and expert rows itself; other losses see rollout rows only
@@ -372,6 +390,12 @@ class Trainer:
         return metrics
 
     def _optimizer_step(self) -> float:
+        if self.master is not None:
+            norm = self.master.step(self.optimizer, self.grad_clip)
+            if not torch.isfinite(torch.tensor(norm)):
+                self.logger.warning("non-finite gradient norm %s: skipping the update", norm)
+            self.scheduler.step()
+            return norm
         params = [p for p in self.model.parameters() if p.grad is not None]
         norm = torch.nn.utils.clip_grad_norm_(
             params, self.grad_clip if self.grad_clip > 0 else float("inf")
@@ -409,6 +433,10 @@ class Trainer:
         with LoRA the adapter's tensors only."""
         if self.lora is not None:
             return lora.adapter_state_dict(self.model)
+        if self.master is not None:
+            # the parameters are already bf16: views, valid until the next update (every
+            # consumer copies or serialises them at once)
+            return {k: v.detach() for k, v in self.model.state_dict().items()}
         state = (
             distributed.full_state_dict(self.model) if self.world_size > 1 else self.model.state_dict()
         )
@@ -431,6 +459,14 @@ class Trainer:
         self._save_hf_config(directory)
         if self.lora is not None:
             lora.export_merged(self.model, directory)
+        elif self.master is not None:
+            # the fp32 masters, and a config that says float32 (save_pretrained writes the
+            # parameters' dtype into it)
+            self.model.save_pretrained(
+                directory, state_dict=self._model_state(), safe_serialization=True
+            )
+            self.model.config.dtype = torch.float32
+            self.model.config.save_pretrained(directory)
         else:
             self.model.save_pretrained(directory, safe_serialization=True)
         self.logger.info("exported the policy of step %d to %s", step, directory)
@@ -484,6 +520,8 @@ class Trainer:
         state = ckpt.load_actor_shard(job_dir, step, "model")
         if self.lora is not None:
             lora.load_adapter_state(self.model, state)
+        elif self.master is not None:
+            self.master.load_state_dict(self.model, state)
         else:
             self.model.load_state_dict(state)
         self.optimizer.load_state_dict(ckpt.load_actor_shard(job_dir, step, "optim"))
@@ -513,7 +551,7 @@ class Trainer:
                         self.ref_model,
                         micro,
                         temperature=self.temperature,
-                        compute_dtype=self.compute_dtype,
+                        compute_dtype=self.autocast_dtype,
                     )[0]
                     for micro in micros
                 ]
@@ -597,8 +635,13 @@ class Trainer:
         return self.global_step
 
     def _model_state(self) -> dict[str, torch.Tensor]:
-        """What a checkpoint keeps of the policy: all weights, or with LoRA the adapter."""
-        return lora.adapter_state_dict(self.model) if self.lora is not None else self.model.state_dict()
+        """What a checkpoint keeps of the policy: all weights (the fp32 masters when the
+        parameters are bf16), or with LoRA the adapter."""
+        if self.lora is not None:
+            return lora.adapter_state_dict(self.model)
+        if self.master is not None:
+            return self.master.state_dict(self.model)
+        return self.model.state_dict()
 
     def _save_hf_config(self, directory: Path) -> None:
         if self.lora is not None:  # the adapter in peft's format beside huggingface/
