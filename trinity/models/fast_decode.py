@@ -210,10 +210,12 @@ class DecodeBatch:
         self.keys = torch.empty(shape, dtype=decoder.dtype)
         self.values = torch.empty(shape, dtype=decoder.dtype)
         self.positions = mask.sum(-1)  # (B,) position of the next token of each row
-        self.mask = None  # (B, capacity) True where a row may attend; None: everywhere
+        # (B, capacity) additive: -inf at padding, 0 elsewhere; None: no padding. SDPA
+        # would turn a bool mask into this form again in every layer.
+        self.mask = None
         if not bool(mask.all()):
-            self.mask = torch.ones((batch, capacity), dtype=torch.bool)
-            self.mask[:, :width] = mask
+            self.mask = torch.zeros((batch, capacity), dtype=decoder.dtype)
+            self.mask[:, :width].masked_fill_(~mask, float("-inf"))
 
     def prefill(
         self, input_ids: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor
@@ -226,7 +228,9 @@ class DecodeBatch:
         # causal and no padding keys; a padding query attends to itself (never all-masked)
         causal = torch.ones((width, width), dtype=torch.bool).tril()
         allowed = (causal & mask[:, None, :]) | torch.eye(width, dtype=torch.bool)
-        allowed = allowed[:, None]  # (E, 1, P, P)
+        # (E, 1, P, P) additive, converted once for all layers
+        allowed = torch.zeros(allowed.shape, dtype=d.dtype).masked_fill_(~allowed, float("-inf"))
+        allowed = allowed[:, None]
 
         def attend(index: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             q, k, v = (t.view(prompts, width, -1, d.head_dim).transpose(1, 2) for t in (q, k, v))
@@ -261,7 +265,7 @@ class DecodeBatch:
             new[:, :, :, : self.column] = old[:, :, :, : self.column]
             setattr(self, name, new)
         if self.mask is not None:
-            self.mask = torch.cat([self.mask, torch.ones_like(self.mask)], dim=1)
+            self.mask = torch.cat([self.mask, torch.zeros_like(self.mask)], dim=1)
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         """Run one token per row: (B,) ids -> (B, V) float32 next-token logits."""
