@@ -33,7 +33,9 @@ def job(tiny_model_dir: Path, tmp_path_factory) -> tuple[Path, Path]:
         DEMO, [f"model.model_path={tiny_model_dir}", f"checkpoint_root_dir={root}", "name=run"]
     )
     job_dir = root / "trinity-demo" / "run"
-    trainer = Trainer(config, model_dir=tiny_model_dir, total_steps=2)
+    # fp32 parameters: the checkpoint saves them as edited below (bf16 parameters would
+    # leave the saved fp32 masters unchanged)
+    trainer = Trainer(config, model_dir=tiny_model_dir, total_steps=2, bf16_weights=False)
     trainer.save_checkpoint(job_dir, 1)
     with torch.no_grad():
         trainer.model.model.norm.weight.mul_(3.0)
