@@ -168,6 +168,15 @@ def test_weight_swap_reaches_the_fused_weights(tiny_model_dir):
         torch.testing.assert_close(
             torch.tensor(after[0][0].logprobs), torch.tensor(scored[0]), atol=SCORING[dtype], rtol=0
         )
+        # the top-1 of compute_top_logprobs bounds the greedy tokens' scored logprobs and,
+        # in float32 (no near-tie flips between decode and full forward), is those tokens
+        top = fast.compute_top_logprobs(PROMPTS[0] + after[0][0].token_ids, len(PROMPTS[0]), k=1)
+        assert all(t[0][1] >= lp - 1e-5 for t, lp in zip(top, scored[0], strict=True))
+        if dtype == "float32":
+            assert [t[0][0] for t in top] == after[0][0].token_ids
+            torch.testing.assert_close(
+                torch.tensor([t[0][1] for t in top]), torch.tensor(scored[0]), atol=1e-5, rtol=0
+            )
         fast.close()
         slow.close()
 
