@@ -34,6 +34,7 @@ from trinity.pipeline import ExperiencePipeline
 from trinity.sync import weights
 from trinity.trainer import checkpoint as ckpt
 from trinity.utils.log import get_actor_logger
+from trinity.utils.memory import release_free_memory
 
 
 def required_version(step: int, sync_interval: int, sync_offset: int) -> int:
@@ -114,6 +115,7 @@ class ExplorerRole:
         try:
             for step in range(start_step + 1, total_steps + 1):
                 self._take(self.weights.before_step(step, self.explorer.model_version))
+                release_free_memory()  # what loading the new weights freed
                 # evaluate the weights trained by step - 1, before exploring with them
                 if step - 1 > start_step and (step - 1) % cfg.explorer.eval_interval == 0:
                     self._evaluate(step - 1, evals)
@@ -138,6 +140,7 @@ class ExplorerRole:
                 self.monitor.log(metrics, step)
                 ray.get(self.sync.report.remote("explorer", step, metrics))
                 self.logger.info("explore step %d ends: %s", step, _brief(metrics))
+                release_free_memory()
         finally:
             ray.get(self.buffer.close.remote())
         if cfg.mode == "both" and step > start_step:
@@ -191,6 +194,7 @@ class ExplorerRole:
         self.monitor.log(metrics, step)
         ray.get(self.sync.report.remote("eval", step, metrics))
         self.logger.info("evaluation at step %d: %s", step, _brief(metrics))
+        release_free_memory()
         history.append(metrics)
 
     def close(self) -> None:
@@ -270,6 +274,9 @@ class TrainerRole:
                     break
                 self.logger.info("train step %d begins with %d experiences", step, len(experiences))
                 metrics = self.trainer.train_step(experiences)
+                # nothing of the step is alive now: its freed tensors go back to the OS
+                # before the weights are published (the explorer grows while it loads them)
+                release_free_memory()
                 versions = [e.model_version for e in experiences]
                 metrics["trainer/staleness/mean"] = sum(step - 1 - v for v in versions) / len(
                     versions
