@@ -13,8 +13,10 @@ weight sync into the rollout engine; a TRL step is one ``GRPOTrainer`` optimizer
 
 TRL runs with its fastest CPU settings for this job: bf16 mixed precision, no gradient
 checkpointing, beta 0 (no reference model), num_generations 8, per-device batch 16,
-max_completion_length 32, use_cpu. The systems alternate step by step (a trinity step
-runs after every TRL step), so both see the same background load. The last line is
+max_completion_length 32, use_cpu. Each system runs in its own process (as a user's job
+would: neither shares an allocator, a heap or thread pools with the other), and this
+process alternates them step by step (a trinity step runs after every TRL step, never at
+the same time), so both see the same background load. The last line is
 ``trinity/trl step-time ratio: <r>`` (median over the timed steps; below 1 means trinity
 is faster). Needs the ``bench`` extra: ``pip install -e '.[bench]'``.
 """
@@ -183,6 +185,38 @@ def summary(name: str, times: list[float], warmup: int) -> float:
     return median
 
 
+def _trinity_worker(conn: Any, model_dir: Path, tasks: list, total: int) -> None:
+    """Child process: one trinity step per "step" message; replies (seconds, phases)."""
+    system = TrinityGRPO(model_dir, tasks, total)
+    conn.send("ready")
+    try:
+        while conn.recv() == "step":
+            seconds = system.step()
+            conn.send((seconds, {k: v[-1] for k, v in system.phases.items()}))
+    finally:
+        system.close()
+
+
+def _trl_worker(conn: Any, model_dir: Path, tasks: list, total: int, seed: int) -> None:
+    """Child process: TRL's own training loop, each step held until a "step" message;
+    replies with the step's seconds (optimizer step, generation included)."""
+    from transformers import TrainerCallback
+
+    class Gate(TrainerCallback):
+        def on_step_begin(self, *_: Any, **__: Any) -> None:
+            conn.recv()
+            self.start = time.perf_counter()
+
+        def on_step_end(self, *_: Any, **__: Any) -> None:
+            conn.send(time.perf_counter() - self.start)
+
+    with tempfile.TemporaryDirectory(prefix="trl-bench-") as out:
+        trl = build_trl(model_dir, tasks, total, seed, out)
+        trl.add_callback(Gate())
+        conn.send("ready")
+        trl.train()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -195,9 +229,9 @@ def main() -> int:
     args = parser.parse_args()
     if args.warmup < 0 or args.steps < 1:
         parser.error("--warmup must be >= 0 and --steps >= 1")
+    import multiprocessing
 
     import torch
-    from transformers import TrainerCallback
 
     from trinity.models.resolve import DEFAULT_MODEL, resolve_model_path
 
@@ -207,34 +241,48 @@ def main() -> int:
     print(f"model {model_dir.name}, torch {torch.__version__}, {torch.get_num_threads()} threads")
     print(
         f"{TASKS_PER_STEP} tasks x {ROLLOUTS} rollouts, <= {MAX_TOKENS} tokens, T={TEMPERATURE}, "
-        f"lr {LR}; {args.warmup} warm-up + {args.steps} timed steps each"
+        f"lr {LR}; {args.warmup} warm-up + {args.steps} timed steps each, one process each"
     )
-    trinity = TrinityGRPO(model_dir, tasks, total)
+    spawn = multiprocessing.get_context("spawn")
+    trinity_conn, trinity_end = spawn.Pipe()
+    trl_conn, trl_end = spawn.Pipe()
+    workers = [
+        spawn.Process(target=_trinity_worker, args=(trinity_end, model_dir, tasks, total)),
+        spawn.Process(target=_trl_worker, args=(trl_end, model_dir, tasks, total, args.seed)),
+    ]
+    for worker in workers:
+        worker.start()
     trl_times: list[float] = []
     trinity_times: list[float] = []
-
-    class Alternate(TrainerCallback):
-        """Times each TRL step and runs one trinity step after it."""
-
-        def on_step_begin(self, *_: Any, **__: Any) -> None:
-            self.start = time.perf_counter()
-
-        def on_step_end(self, *_: Any, **__: Any) -> None:
-            trl_times.append(time.perf_counter() - self.start)
-            trinity_times.append(trinity.step())
+    phases: dict[str, list[float]] = {"rollout": [], "train": [], "sync": []}
+    try:
+        for conn, name in ((trinity_conn, "trinity"), (trl_conn, "trl")):
+            if conn.recv() != "ready":
+                raise RuntimeError(f"the {name} process did not start")
+        for step in range(1, total + 1):
+            trl_conn.send("step")
+            trl_times.append(trl_conn.recv())
+            trinity_conn.send("step")
+            seconds, step_phases = trinity_conn.recv()
+            trinity_times.append(seconds)
+            for key, value in step_phases.items():
+                phases[key].append(value)
             print(
-                f"step {len(trl_times)}: trl {trl_times[-1]:.2f} s, trinity {trinity_times[-1]:.2f} s",
+                f"step {step}: trl {trl_times[-1]:.2f} s, trinity {trinity_times[-1]:.2f} s "
+                f"(rollout {step_phases['rollout']:.2f}, train {step_phases['train']:.2f}, "
+                f"sync {step_phases['sync']:.2f})",
                 flush=True,
             )
-
-    with tempfile.TemporaryDirectory(prefix="trl-bench-") as out:
-        trl = build_trl(model_dir, tasks, total, args.seed, out)
-        trl.add_callback(Alternate())
-        trl.train()
-    trinity.close()
-
-    phases = {k: statistics.median(v[args.warmup :]) for k, v in trinity.phases.items()}
-    print("trinity phases (median s): " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()))
+        trinity_conn.send("stop")
+    except EOFError:
+        raise SystemExit("a benchmark process died; its traceback is above") from None
+    finally:
+        for worker in workers:
+            worker.join(timeout=120)
+            if worker.is_alive():
+                worker.terminate()
+    medians = {k: statistics.median(v[args.warmup :]) for k, v in phases.items()}
+    print("trinity phases (median s): " + ", ".join(f"{k} {v:.2f}" for k, v in medians.items()))
     trl_median = summary("trl", trl_times, args.warmup)
     trinity_median = summary("trinity", trinity_times, args.warmup)
     print(f"trinity/trl step-time ratio: {trinity_median / trl_median:.3f}")
