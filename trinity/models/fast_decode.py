@@ -26,6 +26,8 @@ samples from it.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import logging
 from collections.abc import Callable
 
@@ -73,6 +75,20 @@ def _fuse(linears: list[nn.Linear]) -> torch.Tensor:
     return fused
 
 
+def _return_freed_memory() -> None:
+    """Hand the heap's free pages back to the OS (glibc only; elsewhere a no-op).
+
+    Fusing frees the model's separate q/k/v and gate/up weights, but glibc keeps freed
+    blocks of that size in its heap: without this the process stays that much bigger
+    (0.14 GiB for SmolLM2-135M).
+    """
+    name = ctypes.util.find_library("c")
+    try:
+        ctypes.CDLL(name).malloc_trim(0)
+    except (OSError, AttributeError, TypeError):
+        pass
+
+
 class _Layer:
     def __init__(self, layer: nn.Module) -> None:
         attn, mlp = layer.self_attn, layer.mlp
@@ -104,6 +120,7 @@ class LlamaDecoder:
         self.intermediate = config.intermediate_size
         self.eps = config.rms_norm_eps
         self.layers = [_Layer(layer) for layer in model.model.layers]
+        _return_freed_memory()
         self.embed = model.model.embed_tokens.weight
         self.final_norm = model.model.norm.weight
         self.head = model.lm_head.weight
