@@ -33,7 +33,7 @@ from trinity.config import Config
 from trinity.config.algorithm_defaults import NONE
 from trinity.trainer import checkpoint as ckpt
 from trinity.trainer import distributed, lora
-from trinity.trainer.actor import forward_logprobs
+from trinity.trainer.actor import forward_logprobs, use_grouped_attention
 from trinity.trainer.batch import TrainBatch, collate
 from trinity.trainer.critic import Critic, enable_checkpointing
 from trinity.trainer.optim import build_optimizer
@@ -135,6 +135,7 @@ class Trainer:
         self.autocast_dtype = None if self.bf16_weights else self.compute_dtype
         self.model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32)
         self.model.train()
+        use_grouped_attention(self.model)  # bf16 matmuls, grouped K/V: trainer/actor.py
         if tc.actor_rollout_ref.model.enable_gradient_checkpointing:
             enable_checkpointing(self.model)
             self.model.config.use_cache = False
@@ -166,6 +167,7 @@ class Trainer:
                 self.model_dir, dtype=self.compute_dtype if self.bf16_weights else torch.float32
             ).eval()
             self.ref_model.requires_grad_(False)
+            use_grouped_attention(self.ref_model)  # the actor's attention
             if tc.actor_rollout_ref.model.enable_gradient_checkpointing:
                 # no effect in eval mode, but the actor's forward then picks the same
                 # attention kernel for both models (trinity/trainer/actor.py)

@@ -2,8 +2,10 @@
 
 - the rollout engine's logprobs serve as ``old_logprobs`` (no recompute pass): in sync
   mode they equal the trainer's own forward pass on the same weights;
-- short batches run attention through the math SDPA backend: same logprobs and
-  gradients as the fused kernel;
+- short batches run attention through the grouped attention (matmuls in the inputs'
+  dtype, grouped-query heads batched, no repeated K/V): same logprobs and gradients as
+  SDPA's math backend and fused kernel in fp32, within bf16 rounding in bf16; models
+  that cannot switch attention take the math SDPA backend instead;
 - rows that share a prompt run it once (its KV cache repeated): same logprobs and
   gradients as the full forward of every row;
 - AdamW runs fused: same parameters as the per-tensor loop;
@@ -28,9 +30,11 @@ from trinity.algorithm.utils import (
 from trinity.models.engine import TransformersEngine
 from trinity.models.wrapper import ModelWrapper
 from trinity.trainer.actor import (
+    GROUPED_ATTENTION,
     MATH_ATTENTION_MAX_SCORES,
     attention_backend,
     forward_logprobs,
+    grouped_attention,
     response_logits,
     shared_prompt_rows,
 )
@@ -83,17 +87,110 @@ def _logprobs_and_grads(trainer: Trainer, batch, backend: SDPBackend | None):
     return logprobs.detach(), grads
 
 
-def test_math_attention_matches_the_fused_kernel(trainer: Trainer) -> None:
-    batch = collate(rollouts(8), trainer.pad_token_id)
+@contextlib.contextmanager
+def _sdpa(model: torch.nn.Module):
+    model.set_attn_implementation("sdpa")
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(GROUPED_ATTENTION)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_grouped_attention_matches_sdpa_in_fp32(trainer: Trainer, shared: bool) -> None:
+    assert trainer.model.config._attn_implementation == GROUPED_ATTENTION
+    # distinct prompts: full forward; grouped prompts: queries after a cached prefix
+    batch = collate(grouped_rollouts() if shared else rollouts(8), trainer.pad_token_id)
+    assert (shared_prompt_rows(batch) is not None) == shared
     assert isinstance(attention_backend(trainer.model, batch), type(sdpa_kernel([])))
-    # the default path picks math for this small batch; force the fused kernel to compare
-    math_logprobs, math_grads = _logprobs_and_grads(trainer, batch, None)
-    fused_logprobs, fused_grads = _logprobs_and_grads(trainer, batch, SDPBackend.FLASH_ATTENTION)
+    grouped_logprobs, grouped_grads = _logprobs_and_grads(trainer, batch, None)
     mask = batch.action_mask.bool()
-    torch.testing.assert_close(math_logprobs[mask], fused_logprobs[mask], atol=1e-5, rtol=1e-5)
-    assert math_grads.keys() == fused_grads.keys() and len(math_grads) > 10
-    for name, grad in math_grads.items():
-        torch.testing.assert_close(grad, fused_grads[name], atol=1e-5, rtol=1e-4, msg=name)
+    assert grouped_grads and len(grouped_grads) > 10
+    for backend in (SDPBackend.MATH, SDPBackend.FLASH_ATTENTION):
+        with _sdpa(trainer.model):
+            logprobs, grads = _logprobs_and_grads(trainer, batch, backend)
+        torch.testing.assert_close(grouped_logprobs[mask], logprobs[mask], atol=1e-5, rtol=1e-5)
+        assert grads.keys() == grouped_grads.keys()
+        for name, grad in grouped_grads.items():
+            torch.testing.assert_close(grad, grads[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+def _attention_inputs(dtype: torch.dtype, queries: int, length: int):
+    """Llama-shaped inputs: 6 query heads on 2 key/value heads, rows 1 and 2 left-padded."""
+    gen = torch.Generator().manual_seed(0)
+    query = 2 * torch.randn(3, queries, 6, 16, generator=gen)
+    key, value = torch.randn(2, 3, 2, length, 16, generator=gen)
+    padding = torch.ones(3, length, dtype=torch.bool)
+    padding[1, :3] = padding[2, :5] = False
+    causal = torch.ones(queries, length, dtype=torch.bool).tril(length - queries)
+    mask = causal[None, None] & padding[:, None, None, :]
+    inputs = [query.to(dtype).transpose(1, 2), key.to(dtype), value.to(dtype)]
+    return [t.requires_grad_() for t in inputs], mask
+
+
+class _Module(torch.nn.Module):
+    """What the attention interface reads from the calling layer."""
+
+    num_key_value_groups = 3
+    is_causal = True
+
+
+def _attention(implementation, dtype, queries, length, mask_kind="bool"):
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    (query, key, value), mask = _attention_inputs(dtype, queries, length)
+    # queries that see only padding: no output that anything reads, none compared
+    live = mask.any(-1).transpose(1, 2)[..., None]  # (B, Q, 1, 1)
+    if mask_kind == "additive":
+        mask = torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, float("-inf"))
+    elif mask_kind == "none":
+        mask = None
+    if implementation == "math":
+        with sdpa_kernel([SDPBackend.MATH]):
+            out, _ = sdpa_attention_forward(_Module(), query, key, value, mask, scaling=0.25)
+    else:
+        out, _ = grouped_attention(_Module(), query, key, value, mask, scaling=0.25)
+    if mask is None:
+        live = torch.ones_like(live)
+    grad_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)) * live
+    out.backward(grad_out.to(dtype))
+    return [(out.detach() * live).float()] + [t.grad.float() for t in (query, key, value)]
+
+
+@pytest.mark.parametrize("mask_kind", ["bool", "additive", "none"])
+@pytest.mark.parametrize("shape", [(12, 12), (5, 12)])  # full sequence; after a cached prefix
+def test_grouped_attention_is_sdpa_math_in_fp32_and_within_bf16_rounding(
+    mask_kind: str, shape: tuple[int, int]
+) -> None:
+    exact = _attention("math", torch.float32, *shape, mask_kind)
+    for got, want in zip(
+        _attention("grouped", torch.float32, *shape, mask_kind), exact, strict=True
+    ):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    # bf16: matmuls in bf16 with the softmax in fp32; output and gradients of q, k, v
+    # within 1% (relative norm, a few bf16 roundings) of the fp32 result, and at most
+    # 1.5 times the error of SDPA's math backend (fp32 inside) on the same bf16 inputs
+    grouped = _attention("grouped", torch.bfloat16, *shape, mask_kind)
+    math = _attention("math", torch.bfloat16, *shape, mask_kind)
+    for got, reference, want in zip(grouped, math, exact, strict=True):
+        error = float((got - want).norm() / want.norm())
+        assert want.norm() > 0 and error < 1e-2, error
+        assert error < 1.5 * float((reference - want).norm() / want.norm()), error
+
+
+def test_grouped_attention_leaves_large_batches_to_sdpa() -> None:
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    (query, key, value), mask = _attention_inputs(torch.float32, 12, 12)
+    module = _Module()
+    module.config = type("Config", (), {"num_hidden_layers": MATH_ATTENTION_MAX_SCORES})
+    # over the score budget: SDPA's own result, bit for bit (grouped differs in rounding)
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+        expected, _ = sdpa_attention_forward(module, query, key, value, mask, scaling=0.25)
+        got, _ = grouped_attention(module, query, key, value, mask, scaling=0.25)
+    torch.testing.assert_close(got, expected, atol=0, rtol=0)
+    grouped, _ = grouped_attention(_Module(), query, key, value, mask, scaling=0.25)
+    assert not torch.equal(grouped, expected)
 
 
 def test_long_batches_and_checkpointing_keep_the_fused_kernel(trainer: Trainer) -> None:
