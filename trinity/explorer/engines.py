@@ -74,6 +74,11 @@ class EngineActor:
         return self.engine.compute_logprobs(token_ids, prompt_lengths, temperature)
 
     def load_state_dict(self, state_dict: dict[str, Any], version: int) -> int:
+        """``state_dict``: tensors, or their object-store form (``to_object_store``)."""
+        from trinity.sync.weights import from_object_store
+
+        if state_dict and isinstance(next(iter(state_dict.values())), tuple):
+            state_dict = from_object_store(state_dict)
         self.engine.load_state_dict(state_dict, version)
         return version
 
@@ -218,7 +223,9 @@ class RolloutEngines:
         if remote:
             import ray
 
-            shared = ray.put(state_dict)
+            from trinity.sync.weights import to_object_store
+
+            shared = ray.put(to_object_store(state_dict))  # read in place by every engine
             refs = [e.handle.load_state_dict.remote(shared, version) for e in remote]
         for engine in self.engines:
             if not isinstance(engine, EngineClient):

@@ -32,9 +32,11 @@ import logging
 import os
 import socket
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from trinity.config import Config
@@ -42,6 +44,37 @@ from trinity.trainer import checkpoint as ckpt
 
 TRAINER_STATUS = "trainer_status.json"
 _POLL_S = 0.2
+
+
+def to_object_store(state: dict[str, torch.Tensor]) -> dict[str, tuple[str, list[int], Any]]:
+    """``state`` as (dtype, shape, byte array) triples for ``ray.put``.
+
+    Ray writes numpy arrays straight into the object store and hands the reader views of
+    it, where a pickled tensor costs a serialised copy on each side: ~0.25 GiB of
+    SmolLM2 in bf16 less in both the trainer and the explorer during a sync.
+    """
+    packed = {}
+    for key, tensor in state.items():
+        flat = tensor.detach().reshape(-1)
+        if not flat.is_contiguous():
+            flat = flat.contiguous()
+        packed[key] = (
+            str(tensor.dtype).removeprefix("torch."),
+            list(tensor.shape),
+            flat.view(torch.uint8).numpy(),
+        )
+    return packed
+
+
+def from_object_store(packed: dict[str, tuple[str, list[int], Any]]) -> dict[str, torch.Tensor]:
+    """Tensors over the arrays of :func:`to_object_store`, without copying: read-only
+    views of the object store (the engine copies them into its weights)."""
+    state = {}
+    with warnings.catch_warnings():  # the object store's arrays are read-only
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        for key, (dtype, shape, data) in packed.items():
+            state[key] = torch.from_numpy(np.asarray(data)).view(getattr(torch, dtype)).view(shape)
+    return state
 
 
 def required_version(step: int, sync_interval: int, sync_offset: int) -> int:
@@ -192,7 +225,7 @@ class WeightReceiver:
         if self.collective is not None:
             return self.collective.receive(), None
         if weights is not None:
-            state = ray.get(weights[0])
+            state = from_object_store(ray.get(weights[0]))
         else:  # checkpoint sync: the trainer wrote the weights to disk
             from trinity.common.models.utils import load_fsdp_state_dict_from_verl_checkpoint
 
@@ -253,5 +286,5 @@ def publish(
     elif sender is not None:  # kept by the sender until the explorer asks for it
         sender.stage(step, trainer.weights_for_sync())
     else:
-        weights = [ray.put(trainer.weights_for_sync())]
+        weights = [ray.put(to_object_store(trainer.weights_for_sync()))]
     ray.get(synchronizer.publish.remote(step, weights))
