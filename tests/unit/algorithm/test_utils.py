@@ -12,6 +12,7 @@ from trinity.algorithm import (
     masked_var,
     masked_whiten,
 )
+from trinity.algorithm.utils import _rows_per_chunk, logprobs_and_entropy
 
 
 def test_masked_statistics():
@@ -70,6 +71,28 @@ def test_chunked_equals_naive_values_and_gradients(dtype, chunk_size, temperatur
     torch.testing.assert_close(ent, ent_ref, atol=1e-5, rtol=1e-5)
     tol = 1e-5 if dtype == torch.float32 else 1e-2  # the naive gradient is rounded to bf16
     torch.testing.assert_close(ours.grad.float(), ref.grad.float(), atol=tol, rtol=tol)
+
+
+def test_default_chunks_fit_in_cache_and_equal_one_chunk():
+    # a real vocabulary: the default splits 80 positions into cache-sized chunks, and
+    # every position's numbers are those of the whole batch in one chunk, bit for bit
+    vocab = 49152
+    rows = _rows_per_chunk(vocab, None)
+    assert 1 <= rows < 40 and rows * vocab * 4 <= 2 * 1024 * 1024
+    gen = torch.Generator().manual_seed(0)
+    logits = (3 * torch.randn(2, 40, vocab, generator=gen)).bfloat16()
+    labels = torch.randint(0, vocab, (2, 40), generator=gen)
+    weights = torch.randn(2, 40, generator=gen)
+    results = []
+    for chunk_size in (None, 80):
+        ours = logits.clone().requires_grad_(True)
+        lp, ent = logprobs_and_entropy(ours, labels, 0.7, chunk_size)
+        (grad,) = torch.autograd.grad((lp * weights).sum(), ours)
+        entropy = entropy_from_logits(ours, chunk_size, 0.7)
+        (entropy_grad,) = torch.autograd.grad((entropy * weights).sum(), ours)
+        results.append((lp, ent, grad, entropy, entropy_grad))
+    for chunked, whole in zip(*results, strict=True):
+        torch.testing.assert_close(chunked, whole, atol=0, rtol=0)
 
 
 def test_backward_does_not_modify_the_logits():
