@@ -77,7 +77,11 @@ class TrinityGRPO:
             str(model_dir), dtype=self.config.model.dtype, seed=self.config.seed
         )
         self.model = ModelWrapper(self.engine, max_response_tokens=MAX_TOKENS)
-        self.trainer = Trainer(self.config, model_dir=model_dir, total_steps=total_steps)
+        # the trainer's torch work runs on the engine's thread, so the process keeps one
+        # OpenMP thread team, as the explorer's and the trainer's processes of a run do
+        self.trainer = self.engine.run_in_worker(
+            lambda: Trainer(self.config, model_dir=model_dir, total_steps=total_steps)
+        )
         self.tasks = tasks
         self.step_count = 0
         self.phases: dict[str, list[float]] = {"rollout": [], "train": [], "sync": []}
@@ -118,7 +122,7 @@ class TrinityGRPO:
         start = time.perf_counter()
         experiences = asyncio.run(self._rollout())
         rolled = time.perf_counter()
-        self.trainer.train_step(experiences)
+        self.engine.run_in_worker(lambda: self.trainer.train_step(experiences))
         trained = time.perf_counter()
         self.engine.load_state_dict(self.trainer.weights_for_sync(), self.step_count + 1)
         end = time.perf_counter()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -141,10 +142,42 @@ class TransformersEngine:
         self.model_path = str(path)
         self.tokenizer = load_tokenizer(path, chat_template)
         self.template_args = chat_template_args(enable_thinking)
+        self.dtype = dtype
+        self.max_batch_size = max_batch_size
+        self.model_version = 0
+        self.num_batches = 0  # decode batches run so far
+        self._generator = torch.Generator().manual_seed(seed)
+        self._lock = threading.Lock()  # held for a whole batch, a weight swap, a scoring pass
+        # every torch op of the engine (loading, decoding, scoring, weight swaps) runs on
+        # this one worker thread, so the process keeps a single OpenMP thread team
+        # (see trinity.models.batcher)
+        self._batcher: RequestBatcher[_Request, list[list[Sample]]] = RequestBatcher(
+            self._run_requests,
+            size_of=lambda r: r.params.n * len(r.prompts),
+            max_size=max_batch_size,
+            window_s=batch_window_s,
+            on_start=self._set_threads,
+            name="rollout-engine",
+        )
+        try:
+            self._batcher.call(
+                lambda: self._load(path, dtype, max_model_len, pack_weights, fast_decode)
+            )
+        except BaseException:
+            self._batcher.close()
+            raise
+
+    def _load(
+        self,
+        path: Any,
+        dtype: str,
+        max_model_len: int | None,
+        pack_weights: bool,
+        fast_decode: bool,
+    ) -> None:
         self.model = AutoModelForCausalLM.from_pretrained(
             path, dtype=_DTYPES[dtype], attn_implementation="sdpa"
         ).eval()
-        self.dtype = dtype
         self.max_model_len = max_model_len or int(self.model.config.max_position_embeddings)
         # the fused decoder packs its own (fused) weights: one packed copy either way
         self._fast = (
@@ -157,19 +190,6 @@ class TransformersEngine:
         self.decode_path = "transformers" if self._fast is None else "fused-llama"
         self.eos_token_ids = self._eos_token_ids()
         self.pad_token_id = self._pad_token_id()
-        self.max_batch_size = max_batch_size
-        self.model_version = 0
-        self.num_batches = 0  # decode batches run so far
-        self._generator = torch.Generator().manual_seed(seed)
-        self._lock = threading.Lock()  # held for a whole batch, a weight swap, a scoring pass
-        self._batcher: RequestBatcher[_Request, list[list[Sample]]] = RequestBatcher(
-            self._run_requests,
-            size_of=lambda r: r.params.n * len(r.prompts),
-            max_size=max_batch_size,
-            window_s=batch_window_s,
-            on_start=self._set_threads,
-            name="rollout-engine",
-        )
 
     # ---- public API -----------------------------------------------------------------
 
@@ -225,9 +245,13 @@ class TransformersEngine:
         scale = temperature if temperature > 0 else 1.0
         results: list[list[float]] = [[] for _ in token_ids]
         order = sorted(range(len(token_ids)), key=lambda i: len(token_ids[i]))
-        with self._lock, torch.inference_mode():
-            for chunk in self._logprob_chunks(order, token_ids):
-                self._score_chunk(chunk, token_ids, prompt_lengths, scale, results)
+
+        def score() -> None:
+            with self._lock, torch.inference_mode():
+                for chunk in self._logprob_chunks(order, token_ids):
+                    self._score_chunk(chunk, token_ids, prompt_lengths, scale, results)
+
+        self._batcher.call(score)
         return results
 
     def compute_top_logprobs(
@@ -241,12 +265,16 @@ class TransformersEngine:
         if not 1 <= prompt_length <= len(token_ids):
             raise ValueError(f"prompt length {prompt_length} is outside [1, {len(token_ids)}]")
         scale = temperature if temperature > 0 else 1.0
-        with self._lock, torch.inference_mode():
-            logits = self.model(
-                input_ids=torch.tensor([token_ids]),
-                logits_to_keep=len(token_ids) - prompt_length + 1,
-            ).logits[0, :-1]
-            values, ids = (logits.float() / scale).log_softmax(-1).topk(k, dim=-1)
+
+        def top() -> tuple[torch.Tensor, torch.Tensor]:
+            with self._lock, torch.inference_mode():
+                logits = self.model(
+                    input_ids=torch.tensor([token_ids]),
+                    logits_to_keep=len(token_ids) - prompt_length + 1,
+                ).logits[0, :-1]
+                return (logits.float() / scale).log_softmax(-1).topk(k, dim=-1)
+
+        values, ids = self._batcher.call(top)
         return [
             list(zip(i, v, strict=True)) for i, v in zip(ids.tolist(), values.tolist(), strict=True)
         ]
@@ -266,12 +294,25 @@ class TransformersEngine:
                 f"state_dict does not match the model: missing {sorted(missing)}, "
                 f"unexpected {sorted(unexpected)}"
             )
-        with self._lock:
-            self.model.load_state_dict(state_dict, strict=False)
-            repack(self._packed)
-            if self._fast is not None:
-                self._fast.refresh()
-            self.model_version = version
+
+        def swap() -> None:
+            with self._lock:
+                self.model.load_state_dict(state_dict, strict=False)
+                repack(self._packed)
+                if self._fast is not None:
+                    self._fast.refresh()
+                self.model_version = version
+
+        self._batcher.call(swap)
+
+    def run_in_worker(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn()`` on the engine's worker thread, between decode batches.
+
+        For torch work that shares this process with the engine (a trainer in the same
+        process): on one thread it shares the engine's OpenMP team instead of starting a
+        second one, which slows both down (see :mod:`trinity.models.batcher`).
+        """
+        return self._batcher.call(fn)
 
     def close(self) -> None:
         """Stop the worker after the queued requests are served."""
