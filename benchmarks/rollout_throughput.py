@@ -85,18 +85,20 @@ def main() -> int:
     from trinity.models.sampling import SamplingParams
 
     model_dir = resolve_model_path(DEFAULT_MODEL)
-    read_bw, copy_bw = measure_bandwidth()
-    bandwidth = max(read_bw, copy_bw)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    print(
-        f"memory bandwidth: read {read_bw / 1e9:.1f} GB/s, copy {copy_bw / 1e9:.1f} GB/s "
-        f"-> roofline uses {bandwidth / 1e9:.1f} GB/s"
-    )
     engine = TransformersEngine(
         str(model_dir),
         dtype=args.dtype,
         pack_weights=not args.no_pack,
         fast_decode=not args.no_fast_decode,
+    )
+    # on the engine's thread: parallel torch work on a second thread would start a second
+    # OpenMP team and slow the engine's decoding down (trinity.models.batcher)
+    read_bw, copy_bw = engine.run_in_worker(measure_bandwidth)
+    bandwidth = max(read_bw, copy_bw)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(
+        f"memory bandwidth: read {read_bw / 1e9:.1f} GB/s, copy {copy_bw / 1e9:.1f} GB/s "
+        f"-> roofline uses {bandwidth / 1e9:.1f} GB/s"
     )
     weights = weight_bytes_per_step(engine.model)
     kv_token = kv_bytes_per_token(engine.model)
