@@ -35,6 +35,7 @@ from trinity.sync import weights
 from trinity.trainer import checkpoint as ckpt
 from trinity.utils.log import get_actor_logger
 from trinity.utils.memory import release_free_memory
+from trinity.utils.threads import on_torch_thread, torch_thread_method
 
 
 def required_version(step: int, sync_interval: int, sync_offset: int) -> int:
@@ -227,7 +228,9 @@ class TrainerRole:
         self.buffer = buffer
         self.sync = synchronizer
         self.monitor = _monitor(config, self.job_dir, "trainer")
-        self.trainer = build_rank0(
+        # loaded on the thread that will train it: one OpenMP team (trinity.utils.threads)
+        self.trainer = on_torch_thread(
+            build_rank0,
             config,
             workers,
             lambda rank_info: Trainer(
@@ -245,6 +248,7 @@ class TrainerRole:
         # sync_method nccl: rank 0 hosts the weight broadcast group and serves it
         self.sender = start_sender(config, synchronizer, self.logger)
 
+    @torch_thread_method
     def shutdown_ranks(self) -> None:
         """Leave the data-parallel process group together with the other ranks."""
         self.trainer.shutdown()
@@ -253,6 +257,7 @@ class TrainerRole:
         timeout = self.config.buffer.trainer_input.experience_buffer.max_read_timeout
         return ray.get(self.buffer.get.remote(n, timeout))
 
+    @torch_thread_method
     def run(self, total_steps: int, start_step: int = 0, export_hf: bool = False) -> dict[str, Any]:
         """Train ``total_steps`` steps; ``export_hf`` also writes the final policy as a
         Hugging Face directory (``final_model_dir``), where the next stage starts."""

@@ -25,6 +25,7 @@ from trinity.config import Config
 from trinity.config.trainer_ranks import RankLayout, check_data_parallel, trainer_layout
 from trinity.trainer.distributed import RankInfo
 from trinity.utils.resources import TRAINER_CPUS
+from trinity.utils.threads import torch_thread_method
 
 
 class PlacementError(RuntimeError):
@@ -45,6 +46,7 @@ class TrainerRank:
         self.spec = (config, Path(job_dir), model_dir, total_steps, list(plugin_dirs))
         self.trainer = None
 
+    @torch_thread_method
     def setup(self, info: RankInfo) -> None:
         """Join the process group, then build this rank's Trainer (its model shard)."""
         from trinity.launch.roles import start_actor
@@ -60,10 +62,12 @@ class TrainerRank:
         )
         logger.info("trainer rank %d of %d ready", info.rank, info.world_size)
 
+    @torch_thread_method
     def call(self, method: str, *args: Any) -> None:
         """Run ``Trainer.<method>(*args)`` alongside rank 0; rank 0 keeps the results."""
         getattr(self.trainer, method)(*args)
 
+    @torch_thread_method
     def shutdown(self) -> None:
         from trinity.trainer import distributed
 
