@@ -80,12 +80,7 @@ class RequestBatcher(Generic[Item, Result]):
         """Run ``fn()`` on the worker thread after what is queued; return its result."""
         if threading.current_thread() is self._worker:
             return fn()
-        future: Future = Future()
-        with self._closing:
-            if self._closed:
-                raise RuntimeError("The engine is closed; create a new one.")
-            self._queue.put((_Call(fn), future))
-        return future.result()
+        return self.submit(_Call(fn)).result()
 
     def close(self) -> None:
         """Serve what is queued, then stop the worker."""

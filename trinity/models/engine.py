@@ -24,7 +24,6 @@ Logprobs follow the convention in :mod:`trinity.models.sampling`.
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -147,10 +146,9 @@ class TransformersEngine:
         self.model_version = 0
         self.num_batches = 0  # decode batches run so far
         self._generator = torch.Generator().manual_seed(seed)
-        self._lock = threading.Lock()  # held for a whole batch, a weight swap, a scoring pass
         # every torch op of the engine (loading, decoding, scoring, weight swaps) runs on
-        # this one worker thread, so the process keeps a single OpenMP thread team
-        # (see trinity.models.batcher)
+        # this one worker thread, one at a time, so the process keeps a single OpenMP
+        # thread team (see trinity.models.batcher) and needs no lock around the weights
         self._batcher: RequestBatcher[_Request, list[list[Sample]]] = RequestBatcher(
             self._run_requests,
             size_of=lambda r: r.params.n * len(r.prompts),
@@ -247,7 +245,7 @@ class TransformersEngine:
         order = sorted(range(len(token_ids)), key=lambda i: len(token_ids[i]))
 
         def score() -> None:
-            with self._lock, torch.inference_mode():
+            with torch.inference_mode():
                 for chunk in self._logprob_chunks(order, token_ids):
                     self._score_chunk(chunk, token_ids, prompt_lengths, scale, results)
 
@@ -267,7 +265,7 @@ class TransformersEngine:
         scale = temperature if temperature > 0 else 1.0
 
         def top() -> tuple[torch.Tensor, torch.Tensor]:
-            with self._lock, torch.inference_mode():
+            with torch.inference_mode():
                 logits = self.model(
                     input_ids=torch.tensor([token_ids]),
                     logits_to_keep=len(token_ids) - prompt_length + 1,
@@ -296,12 +294,11 @@ class TransformersEngine:
             )
 
         def swap() -> None:
-            with self._lock:
-                self.model.load_state_dict(state_dict, strict=False)
-                repack(self._packed)
-                if self._fast is not None:
-                    self._fast.refresh()
-                self.model_version = version
+            self.model.load_state_dict(state_dict, strict=False)
+            repack(self._packed)
+            if self._fast is not None:
+                self._fast.refresh()
+            self.model_version = version
 
         self._batcher.call(swap)
 
@@ -331,7 +328,7 @@ class TransformersEngine:
             torch.set_num_threads(self.num_threads)
 
     def _run_requests(self, requests: list[_Request]) -> list[list[list[Sample]]]:
-        with self._lock, torch.inference_mode():
+        with torch.inference_mode():
             return self._generate_batch(requests)
 
     def _generate_batch(self, requests: list[_Request]) -> list[list[list[Sample]]]:

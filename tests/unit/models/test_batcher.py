@@ -6,59 +6,54 @@ import pytest
 from trinity.models.batcher import RequestBatcher
 
 
-def _batcher(seen: list):
+@pytest.fixture
+def seen() -> list:
+    """What the worker ran, in order: ("batch", items, thread name) or ("call",)."""
+    return []
+
+
+@pytest.fixture
+def batcher(seen: list):
     def run(items):
         seen.append(("batch", list(items), threading.current_thread().name))
         time.sleep(0.05)
         return [i * 10 for i in items]
 
-    return RequestBatcher(run, size_of=lambda i: 1, max_size=8, window_s=0.01, name="worker")
+    batcher = RequestBatcher(run, size_of=lambda i: 1, max_size=8, window_s=0.01, name="worker")
+    yield batcher
+    batcher.close()
 
 
-def test_call_runs_on_the_worker_thread_after_queued_items():
-    seen: list = []
-    batcher = _batcher(seen)
-    try:
-        first = batcher.submit(1)
-        result = batcher.call(lambda: (seen.append(("call",)), threading.current_thread().name))
-        assert result[1] == "worker"
-        assert first.result() == 10
-        # the call ran after the batch that was queued before it, and alone
-        assert [entry[0] for entry in seen] == ["batch", "call"]
-        assert seen[0][2] == "worker"
-    finally:
-        batcher.close()
+def test_call_runs_on_the_worker_thread_after_queued_items(batcher, seen):
+    first = batcher.submit(1)
+    result = batcher.call(lambda: (seen.append(("call",)), threading.current_thread().name))
+    assert result[1] == "worker"
+    assert first.result() == 10
+    # the call ran after the batch that was queued before it, and alone
+    assert [entry[0] for entry in seen] == ["batch", "call"]
+    assert seen[0][2] == "worker"
 
 
-def test_call_between_submissions_splits_the_batch():
-    seen: list = []
-    batcher = _batcher(seen)
-    try:
-        futures = [batcher.submit(1), batcher.submit(2)]
-        marker = threading.Thread(target=batcher.call, args=(lambda: seen.append(("call",)),))
-        marker.start()
-        marker.join()
-        futures.append(batcher.submit(3))
-        assert [f.result() for f in futures] == [10, 20, 30]
-        kinds = [entry[0] for entry in seen]
-        assert kinds.index("call") > 0 and "batch" in kinds[kinds.index("call") :]
-        # items queued after the call never share a batch with items before it
-        after = [entry[1] for entry in seen[kinds.index("call") + 1 :]]
-        assert all(3 in items and 1 not in items for items in after)
-    finally:
-        batcher.close()
+def test_call_between_submissions_splits_the_batch(batcher, seen):
+    futures = [batcher.submit(1), batcher.submit(2)]
+    marker = threading.Thread(target=batcher.call, args=(lambda: seen.append(("call",)),))
+    marker.start()
+    marker.join()
+    futures.append(batcher.submit(3))
+    assert [f.result() for f in futures] == [10, 20, 30]
+    kinds = [entry[0] for entry in seen]
+    assert kinds.index("call") > 0 and "batch" in kinds[kinds.index("call") :]
+    # items queued after the call never share a batch with items before it
+    after = [entry[1] for entry in seen[kinds.index("call") + 1 :]]
+    assert all(3 in items and 1 not in items for items in after)
 
 
-def test_call_errors_reach_the_caller_and_the_worker_survives():
-    seen: list = []
-    batcher = _batcher(seen)
-    try:
-        with pytest.raises(ZeroDivisionError):
-            batcher.call(lambda: 1 / 0)
-        assert batcher.submit(4).result() == 40
-        # a call made from the worker itself runs at once instead of deadlocking
-        assert batcher.call(lambda: batcher.call(lambda: "nested")) == "nested"
-    finally:
-        batcher.close()
+def test_call_errors_reach_the_caller_and_the_worker_survives(batcher):
+    with pytest.raises(ZeroDivisionError):
+        batcher.call(lambda: 1 / 0)
+    assert batcher.submit(4).result() == 40
+    # a call made from the worker itself runs at once instead of deadlocking
+    assert batcher.call(lambda: batcher.call(lambda: "nested")) == "nested"
+    batcher.close()
     with pytest.raises(RuntimeError, match="closed"):
         batcher.call(lambda: None)
