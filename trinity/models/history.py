@@ -11,7 +11,8 @@ where ``reply_k`` are the tokens the model sampled (action_mask True, the engine
 logprobs) and ``glue_k`` are the chat-template tokens between them: the end of the
 assistant turn, the next user message, the next assistant header (action_mask False,
 logprob 0). The replies keep their sampled token ids; the glue is tokenized from the
-chat template's text, so the joined sequence can differ from the re-tokenized prompt
+chat template's text, rendered with the variables the engine gave the template (e.g.
+``enable_thinking``), so the joined sequence can differ from the re-tokenized prompt
 the model read at a later turn only where a reply decodes to text that tokenizes
 differently (rare; the reply's own tokens are always the ones trained on).
 
@@ -31,20 +32,28 @@ import torch
 from trinity.types import Experience
 
 
-def merge_conversations(experiences: list[Experience], tokenizer: Any) -> list[Experience]:
+def merge_conversations(
+    experiences: list[Experience],
+    tokenizer: Any,
+    template_args: dict[str, Any] | None = None,
+) -> list[Experience]:
     """Join the chat experiences that continue each other; order of first turns is kept.
 
     Args:
         experiences: recorded calls in call order (chat calls carry ``messages``).
         tokenizer: the model's tokenizer, with the chat template the calls used.
+        template_args: the variables the engine passed that template (e.g.
+            ``enable_thinking``; ``ModelWrapper.template_args``), so the glue is the
+            text the model read.
 
     Returns:
         One experience per conversation branch; ``info["turns"]`` counts its calls.
     """
+    args = dict(template_args or {})
     merged: list[Experience] = []
     for exp in experiences:
         target = _continued(merged, exp)
-        joined = _join(merged[target], exp, tokenizer) if target is not None else None
+        joined = _join(merged[target], exp, tokenizer, args) if target is not None else None
         if joined is None:
             merged.append(exp)
         else:
@@ -74,13 +83,17 @@ def _turns(messages: list[dict[str, Any]]) -> list[tuple[Any, Any]]:
     return [(m.get("role"), m.get("content")) for m in messages]
 
 
-def _join(conv: Experience, exp: Experience, tokenizer: Any) -> Experience | None:
+def _join(
+    conv: Experience, exp: Experience, tokenizer: Any, template_args: dict[str, Any]
+) -> Experience | None:
     """``conv`` followed by the glue tokens and ``exp``'s reply; None if they do not line up."""
     assert conv.messages is not None and exp.messages is not None
     seen = tokenizer.decode(conv.tokens.tolist(), skip_special_tokens=False)
-    rendered = tokenizer.apply_chat_template(conv.messages, tokenize=False)
+    rendered = tokenizer.apply_chat_template(
+        conv.messages, tokenize=False, add_generation_prompt=False, **template_args
+    )
     following = tokenizer.apply_chat_template(
-        exp.messages[:-1], tokenize=False, add_generation_prompt=True
+        exp.messages[:-1], tokenize=False, add_generation_prompt=True, **template_args
     )
     if not rendered.startswith(seen) or not following.startswith(rendered):
         return None

@@ -132,6 +132,15 @@ class ModelWrapper:
     def tokenizer(self) -> Any:
         return self.engine.tokenizer
 
+    @property
+    def template_args(self) -> dict[str, Any]:
+        """Variables the engine passes to the chat template (e.g. ``enable_thinking``).
+
+        Whatever renders chat messages for this model outside the engine (multi-turn
+        workflows, the history merge) passes them too, so its tokens match the engine's.
+        """
+        return dict(getattr(self.engine, "template_args", None) or {})
+
     # ---- calls ------------------------------------------------------------------------
 
     def chat(
@@ -237,7 +246,7 @@ class ModelWrapper:
             if clear_history:
                 self.history.clear()
         if merge_turns:
-            return merge_conversations(experiences, self.tokenizer)
+            return merge_conversations(experiences, self.tokenizer, self.template_args)
         return experiences
 
     def clear_history(self) -> None:

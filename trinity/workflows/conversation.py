@@ -9,6 +9,9 @@ that assistant message and the next generation prompt (action_mask False, logpro
 That in-between text is found by rendering the history twice (before and after the
 new messages) and taking the difference, so it is exactly what the template writes,
 including the end-of-turn marker after an assistant message that hit ``max_tokens``.
+Every rendering passes the variables the engine gives the template
+(``ModelWrapper.template_args``, e.g. ``enable_thinking``), so the first prompt is the
+one the engine renders for the same messages and the turns agree with it.
 A template that renders earlier turns differently once later ones exist (e.g. one
 that drops past reasoning) cannot be spliced this way and raises
 :class:`TemplateMismatchError`.
@@ -55,6 +58,9 @@ class Conversation:
         self.model = model
         self.tokenizer = model.tokenizer
         self.tools = tools or None
+        # the engine's template variables (e.g. enable_thinking): every rendering here
+        # is the text the engine would render for the same messages
+        self.template_args = model.template_args
         self.max_model_len = int(model.engine.max_model_len)
         self.messages = [dict(m) for m in messages]
         self._text = self.render(self.messages)
@@ -68,10 +74,15 @@ class Conversation:
         self._last_stop: int | None = None  # id of the stop token ending the last reply
 
     def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
-        """The chat template's text for ``messages`` (with this conversation's tools)."""
+        """The chat template's text for ``messages`` (with this conversation's tools and
+        the model's template variables, as the engine renders them)."""
         kwargs = {"tools": self.tools} if self.tools else {}
         return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs
+            messages,
+            tokenize=False,
+            add_generation_prompt=add_generation_prompt,
+            **self.template_args,
+            **kwargs,
         )
 
     def _encode(self, text: str) -> list[int]:

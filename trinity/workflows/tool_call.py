@@ -34,13 +34,19 @@ TOOL_INSTRUCTIONS = (
 )
 
 
-def template_renders_tools(tokenizer: Any, tools: list[dict[str, Any]]) -> bool:
-    """True when the tokenizer's chat template writes the tool specs into the prompt."""
+def template_renders_tools(
+    tokenizer: Any, tools: list[dict[str, Any]], template_args: dict[str, Any] | None = None
+) -> bool:
+    """True when the tokenizer's chat template writes the tool specs into the prompt.
+
+    ``template_args`` are the variables the model's engine passes the template (e.g.
+    ``enable_thinking``; ``ModelWrapper.template_args``): the probe renders as the
+    workflow's prompts will.
+    """
     probe = [{"role": "user", "content": "hi"}]
-    plain = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
-    with_tools = tokenizer.apply_chat_template(
-        probe, tools=tools, tokenize=False, add_generation_prompt=True
-    )
+    args = {**(template_args or {}), "tokenize": False, "add_generation_prompt": True}
+    plain = tokenizer.apply_chat_template(probe, **args)
+    with_tools = tokenizer.apply_chat_template(probe, tools=tools, **args)
     return plain != with_tools
 
 
@@ -67,7 +73,7 @@ class ToolCallWorkflow(Workflow):
             raise ValueError(f"workflow_args.max_turns must be >= 1, got {max_turns}")
         messages = build_messages(task.raw, task.format)
         template_tools: list[dict[str, Any]] | None = tools
-        if not template_renders_tools(self.model.tokenizer, tools):
+        if not template_renders_tools(self.model.tokenizer, tools, self.model.template_args):
             messages, template_tools = with_tool_instructions(messages, tools), None
         rollouts = [
             self._rollout(messages, template_tools, tools, max_turns)
