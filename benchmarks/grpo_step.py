@@ -266,6 +266,10 @@ def main() -> int:
         for step in range(1, total + 1):
             trl_conn.send("step")
             trl_times.append(trl_conn.recv())
+            if step == total:
+                # after its last step TRL wraps up (logs, end-of-training callbacks); let
+                # it finish so trinity's last step does not share the cores with it
+                workers[1].join(timeout=300)
             trinity_conn.send("step")
             seconds, step_phases = trinity_conn.recv()
             trinity_times.append(seconds)
