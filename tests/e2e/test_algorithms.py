@@ -1,28 +1,27 @@
 """Every algorithm type's example config, run for 2 steps on the tiny model.
 
-grpo, ppo, sft and dpo run through ``trinity run`` (Ray actors, as a user runs them);
-opmd, rloo, reinforceplusplus, gspo and mix run the same example configs through the
+ppo and dpo run through ``trinity run`` (Ray actors, as a user runs them); grpo, opmd,
+rloo, reinforceplusplus, gspo, mix and sft run the same example configs through the
 explorer and trainer classes in this process, which exercises the same code without
-starting Ray once per type. ``--dry-run`` is checked to show each type's resolved parts.
+starting Ray once per type. ``trinity run`` runs grpo in most end-to-end tests (the demo
+config, ``test_run_cli.py``) and sft as the first stage of ``test_stages.py``.
+``--dry-run`` is checked to show each type's resolved parts.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from cli_testing import REPO, run_cli
 from safetensors.torch import load_file
 
 from trinity.config import dry_run_report, load_config
 from trinity.config.algorithm_defaults import ALGORITHM_DEFAULTS
 
-REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 TYPES = sorted(ALGORITHM_DEFAULTS)
 
@@ -51,17 +50,6 @@ def small(model_dir: Path, root: Path, name: str, mode: str) -> list[str]:
         "explorer.eval_on_startup=false",
         "explorer.runner_per_model=4",
     ]
-
-
-def run_cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "trinity", *args],
-        cwd=REPO,
-        env=dict(os.environ),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def trainer_rows(job: Path, name: str) -> list[dict]:
@@ -105,25 +93,6 @@ def test_dry_run_shows_what_the_user_set_over_the_type_defaults() -> None:
 
 
 @pytest.mark.slow
-def test_grpo_through_the_cli(tiny_model_dir: Path, tmp_path: Path) -> None:
-    result = run_cli(
-        "run", "--config", str(example("grpo")), *small(tiny_model_dir, tmp_path, "grpo", "both")
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    job = tmp_path / "trinity-examples" / "grpo"
-    rows = trainer_rows(job, "grpo")
-    assert [r["step"] for r in rows] == [1, 2]
-    for row in rows:
-        assert_finite(row)
-        assert "actor/pg_loss" in row and "actor/kl_loss" in row  # low_var_kl in the loss
-    trained = torch.load(
-        job / "global_step_2/actor/model_world_size_1_rank_0.pt", weights_only=True
-    )
-    initial = load_file(tiny_model_dir / "model.safetensors")
-    assert any(not torch.equal(v, trained[k]) for k, v in initial.items())
-
-
-@pytest.mark.slow
 def test_ppo_through_the_cli(tiny_model_dir: Path, tmp_path: Path) -> None:
     result = run_cli(
         "run", "--config", str(example("ppo")), *small(tiny_model_dir, tmp_path, "ppo", "both")
@@ -138,21 +107,6 @@ def test_ppo_through_the_cli(tiny_model_dir: Path, tmp_path: Path) -> None:
             assert key in row, key
     for kind in ("model", "optim", "extra_state"):
         assert (job / f"global_step_2/critic/{kind}_world_size_1_rank_0.pt").exists()
-
-
-@pytest.mark.slow
-def test_sft_through_the_cli(tiny_model_dir: Path, tmp_path: Path) -> None:
-    result = run_cli(
-        "run", "--config", str(example("sft")), *small(tiny_model_dir, tmp_path, "sft", "train")
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    job = tmp_path / "trinity-examples" / "sft"
-    rows = trainer_rows(job, "sft")
-    assert [r["step"] for r in rows] == [1, 2]
-    assert all(r["batch/size"] == 2 for r in rows)
-    assert all(r["actor/sft_loss"] > 0 for r in rows)
-    assert not (job / "log" / "explorer.log").exists()  # mode train: no explorer
-    assert (job / "global_step_2/actor/model_world_size_1_rank_0.pt").exists()
 
 
 @pytest.mark.slow
@@ -171,8 +125,11 @@ def test_dpo_through_the_cli(tiny_model_dir: Path, tmp_path: Path) -> None:
     assert_finite(rows[1])
 
 
-def run_in_process(cfg, model_dir: Path, log_dir: Path, steps: int) -> list[dict[str, float]]:
-    """explore -> buffer -> train -> sync, ``steps`` times, without Ray."""
+def run_in_process(
+    cfg, model_dir: Path, log_dir: Path, steps: int
+) -> tuple[list[dict[str, float]], dict[str, torch.Tensor]]:
+    """explore -> buffer -> train -> sync, ``steps`` times, without Ray: the metrics of
+    each train step and the final weights."""
     from trinity.buffer import make_experience_buffer
     from trinity.explorer.explorer import Explorer
     from trinity.trainer.train_input import TrainInput
@@ -188,24 +145,51 @@ def run_in_process(cfg, model_dir: Path, log_dir: Path, steps: int) -> list[dict
             experiences, _ = explorer.explore_step(step)
             buffer.put(experiences)
             history.append(trainer.train_step(train_input.next_batch(trainer.global_step)))
-            explorer.load_weights(trainer.weights_for_sync(), step)
+            weights = trainer.weights_for_sync()
+            explorer.load_weights(weights, step)
     finally:
         explorer.close()
         buffer.close()
-    return history
+    return history, weights
+
+
+def policy_moved(model_dir: Path, weights: dict[str, torch.Tensor]) -> bool:
+    initial = load_file(model_dir / "model.safetensors")
+    return any(not torch.equal(v.float(), weights[k].float()) for k, v in initial.items())
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algorithm_type", ["opmd", "rloo", "reinforceplusplus", "gspo", "mix"])
-def test_other_types_in_process(tiny_model_dir: Path, tmp_path: Path, algorithm_type: str) -> None:
+@pytest.mark.parametrize(
+    "algorithm_type", ["grpo", "opmd", "rloo", "reinforceplusplus", "gspo", "mix"]
+)
+def test_rollout_types_in_process(
+    tiny_model_dir: Path, tmp_path: Path, algorithm_type: str
+) -> None:
     overrides = small(tiny_model_dir, tmp_path, algorithm_type, "both")
     cfg = load_config(example(algorithm_type), overrides)
-    history = run_in_process(cfg, tiny_model_dir, tmp_path / "log", steps=2)
+    history, weights = run_in_process(cfg, tiny_model_dir, tmp_path / "log", steps=2)
     assert len(history) == 2
     for metrics in history:
         assert_finite(metrics)
         assert "actor/pg_loss" in metrics
+    if algorithm_type == "grpo":
+        assert all("actor/kl_loss" in m for m in history)  # low_var_kl in the loss
+        assert policy_moved(tiny_model_dir, weights)
     if algorithm_type == "mix":
         # ceil(0.25 x 4 rollouts) = 1 expert row per step
         assert history[0]["batch/expert_size"] == 1
         assert history[0]["actor/sft_loss"] > 0
+
+
+@pytest.mark.slow
+def test_sft_in_process(tiny_model_dir: Path, tmp_path: Path) -> None:
+    from trinity.trainer.train_input import TrainInput
+    from trinity.trainer.trainer import Trainer
+
+    cfg = load_config(example("sft"), small(tiny_model_dir, tmp_path, "sft", "train"))
+    trainer = Trainer(cfg, model_dir=tiny_model_dir, total_steps=2)
+    train_input = TrainInput(cfg, trainer.tokenizer)  # reads the example's dataset
+    history = [trainer.train_step(train_input.next_batch(trainer.global_step)) for _ in (1, 2)]
+    assert all(m["batch/size"] == 2 for m in history)
+    assert all(m["actor/sft_loss"] > 0 for m in history)
+    assert policy_moved(tiny_model_dir, trainer.weights_for_sync())

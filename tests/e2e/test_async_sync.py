@@ -1,7 +1,8 @@
 """End to end: asynchronous synchronisation through ``trinity run``.
 
 * mode both with ``sync_offset: 1, sync_interval: 2``: the explorer runs ahead and each
-  step's policy version and staleness follow the schedule;
+  step's policy version and staleness follow the schedule; the trainer actor computes its
+  advantages with a ``--plugin-dir`` advantage function;
 * a split run: ``mode: train`` and ``mode: explore`` as two ``trinity run`` processes on
   one job directory, weights passing through checkpoint files and experiences through a
   shared SQLite buffer.
@@ -16,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_run_cli import DEMO, REPO, run_cli
+from cli_testing import DEMO, REPO, run_demo, write_plugin
 
 from trinity.launch.roles import required_version
 from trinity.sync.weights import TRAINER_STATUS, staleness
@@ -46,12 +47,12 @@ def test_schedule_of_offset_and_interval() -> None:
 
 @pytest.mark.slow
 def test_async_run_reports_the_staleness_of_its_schedule(tiny_model_dir: Path, tmp_path: Path) -> None:
-    result = run_cli(
-        "run",
-        "--config",
-        str(DEMO),
-        f"model.model_path={tiny_model_dir}",
-        f"checkpoint_root_dir={tmp_path}",
+    plugins = write_plugin(tmp_path / "plugins", "run")
+    result = run_demo(
+        tiny_model_dir,
+        tmp_path,
+        "algorithm.advantage_fn=constant_advantage_run",
+        "algorithm.advantage_fn_args={value: 0.25}",
         "name=async",
         f"buffer.total_steps={STEPS}",
         "synchronizer.sync_method=memory",
@@ -60,6 +61,7 @@ def test_async_run_reports_the_staleness_of_its_schedule(tiny_model_dir: Path, t
         "trainer.save_interval=0",
         "buffer.trainer_input.experience_buffer.path=null",
         *QUICK,
+        plugin_dir=plugins,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     job = tmp_path / "trinity-demo" / "async"
@@ -72,6 +74,11 @@ def test_async_run_reports_the_staleness_of_its_schedule(tiny_model_dir: Path, t
     assert [r["rollout/staleness"] for r in explorer] == expected_staleness == [0, 1, 2, 1]
     assert [r["step"] for r in trainer] == list(range(1, STEPS + 1))
     assert [r["trainer/staleness/mean"] for r in trainer] == expected_staleness
+    # the plugin's advantage function ran in the trainer actor: GRPO would give 0 here (the
+    # tiny model earns no reward), the plugin gives every token 0.25
+    for row in trainer:
+        assert row["critic/advantages/mean"] == pytest.approx(0.25)
+        assert row["critic/advantages/max"] == pytest.approx(0.25)
     assert "published policy version 2" in (job / "log" / "trainer.log").read_text()
     assert "synchronized to policy version 2" in (job / "log" / "explorer.log").read_text()
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_run_cli import run_cli
+from cli_testing import run_cli
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trinity.cli.main import main

@@ -8,18 +8,15 @@ import re
 from pathlib import Path
 
 import pytest
-from test_run_cli import DEMO, run_cli
+from cli_testing import run_demo
 
 
 @pytest.mark.slow
 def test_two_step_run_with_a_judge_model(tiny_model_dir: Path, tmp_path: Path) -> None:
     judge = f"{{model_path: '{tiny_model_dir}', enable_openai_api: true, max_response_tokens: 6}}"
-    result = run_cli(
-        "run",
-        "--config",
-        str(DEMO),
-        f"model.model_path={tiny_model_dir}",
-        f"checkpoint_root_dir={tmp_path}",
+    result = run_demo(
+        tiny_model_dir,
+        tmp_path,
         "name=judge",
         "continue_from_checkpoint=true",
         "buffer.total_steps=2",

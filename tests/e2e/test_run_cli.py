@@ -4,38 +4,19 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from cli_testing import DEMO, run_cli, run_demo
 from safetensors.torch import load_file
-
-REPO = Path(__file__).resolve().parents[2]
-DEMO = REPO / "examples" / "arithmetic" / "grpo.yaml"
-
-
-def run_cli(*args: str, env: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "trinity", *args],
-        cwd=REPO,
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 @pytest.mark.slow
 def test_two_step_grpo_run(tiny_model_dir: Path, tmp_path: Path) -> None:
-    result = run_cli(
-        "run",
-        "--config",
-        str(DEMO),
-        f"model.model_path={tiny_model_dir}",
-        f"checkpoint_root_dir={tmp_path}",
+    result = run_demo(
+        tiny_model_dir,
+        tmp_path,
         "name=e2e",
         "continue_from_checkpoint=true",
         "buffer.total_steps=2",

@@ -8,17 +8,14 @@ experiment ``<name>/<stage_name>`` under ``<checkpoint_root_dir>/<project>/``.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
+from cli_testing import REPO, run_cli
 from safetensors.torch import load_file
 
-REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "sft_grpo" / "sft_grpo.yaml"
 
 
@@ -45,14 +42,7 @@ def test_sft_warmup_then_grpo(tiny_model_dir: Path, tmp_path: Path) -> None:
         "stages[0].buffer.total_steps=2",
         "stages[0].buffer.train_batch_size=4",
     ]
-    result = subprocess.run(
-        [sys.executable, "-m", "trinity", "run", "--config", str(EXAMPLE), *overrides],
-        cwd=REPO,
-        env=dict(os.environ),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    result = run_cli("run", "--config", str(EXAMPLE), *overrides)
     assert result.returncode == 0, result.stderr[-4000:]
     sft = tmp_path / "trinity-examples" / "stages" / "sft_warmup"
     rft = tmp_path / "trinity-examples" / "stages" / "rft"
@@ -111,14 +101,7 @@ def test_explore_stage_then_train_stage_on_its_experiences(
     ]
     path = tmp_path / "decoupled.yaml"
     path.write_text(yaml.safe_dump(config))
-    result = subprocess.run(
-        [sys.executable, "-m", "trinity", "run", "--config", str(path)],
-        cwd=REPO,
-        env=dict(os.environ),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    result = run_cli("run", "--config", str(path))
     assert result.returncode == 0, result.stderr[-4000:]
     explore = tmp_path / "trinity-examples" / "decoupled" / "explore"
     train = tmp_path / "trinity-examples" / "decoupled" / "train"

@@ -16,8 +16,6 @@ import json
 import multiprocessing as mp
 import queue
 import re
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -25,6 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from cli_testing import DEMO, run_demo
 
 from trinity.sync.collective import (
     GroupAddress,
@@ -34,9 +33,6 @@ from trinity.sync.collective import (
     host_store,
     pack,
 )
-
-REPO = Path(__file__).resolve().parents[2]
-DEMO = REPO / "examples" / "arithmetic" / "grpo.yaml"
 
 
 def _state(version: int) -> dict[str, torch.Tensor]:
@@ -166,8 +162,6 @@ def test_run_broadcasts_the_published_weights_to_every_engine(
     from trinity.trainer import checkpoint as ckpt
 
     overrides = [
-        f"model.model_path={tiny_model_dir}",
-        f"checkpoint_root_dir={tmp_path}",
         "name=bcast",
         "continue_from_checkpoint=true",
         "buffer.total_steps=2",
@@ -184,8 +178,7 @@ def test_run_broadcasts_the_published_weights_to_every_engine(
         # a Ray instance of its own: never one that another test started and stops
         "cluster.ray_address=local",
     ]
-    command = [sys.executable, "-m", "trinity", "run", "--config", str(DEMO), *overrides]
-    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    result = run_demo(tiny_model_dir, tmp_path, *overrides)
     assert result.returncode == 0, result.stderr[-4000:]
     job = tmp_path / "trinity-demo" / "bcast"
     trainer_log = (job / "log" / "trainer.log").read_text()

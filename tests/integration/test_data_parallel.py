@@ -11,13 +11,16 @@ the reference forward are split across the ranks.
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
+from cli_testing import port_open, ray_environment, ray_nodes, run_demo, wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "trainer"))
 from trainer_testing import make_config, rollouts  # noqa: E402
@@ -169,72 +172,38 @@ def test_two_ranks_train_like_one(local_ray, tiny_model_dir: Path, tmp_path: Pat
         resumed.close()
 
 
-REPO = Path(__file__).resolve().parents[2]
-RAY = str(Path(sys.executable).with_name("ray"))
-
-
 @pytest.fixture
 def two_nodes():
     """A Ray cluster of two nodes on this machine (a head and one more ``ray start``),
     1 CPU each, token authentication off for the nodes and the client alike."""
-    import os
-    import signal
-    import subprocess
-    import time
-
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["RAY_AUTH_MODE"] = "disabled"
+    env = ray_environment(RAY_AUTH_MODE="disabled")
     address = f"127.0.0.1:{free_port()}"
-    common = ["--block", "--num-cpus", "1", "--disable-usage-stats"]
-    head = [
-        RAY,
-        "start",
-        "--head",
-        "--port",
-        address.split(":")[1],
-        "--include-dashboard",
-        "false",
-        "--resources",
-        '{"node_a": 1}',
-        *common,
-    ]
-    second = [RAY, "start", "--address", address, "--resources", '{"node_b": 1}', *common]
-    procs = []
-    try:
-        for cmd in (head, second):
-            procs.append(
-                subprocess.Popen(
-                    cmd,
-                    env=env,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                    start_new_session=True,
-                )
-            )
-            time.sleep(5)
-        probe = (
-            f"import ray; ray.init(address='{address}', log_to_driver=False); "
-            "print(sum(n['Alive'] for n in ray.nodes()))"
+    common = ["--num-cpus", "1"]
+    with ray_nodes(env) as start:
+        head = start(
+            "--head",
+            "--port",
+            address.split(":")[1],
+            "--include-dashboard",
+            "false",
+            "--resources",
+            '{"node_a": 1}',
+            *common,
         )
-        deadline = time.monotonic() + 180
-        while True:
-            out = subprocess.run(
-                [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120
-            )
-            if out.stdout.strip() == "2":
-                break
-            assert all(p.poll() is None for p in procs), "a ray start exited"
-            assert time.monotonic() < deadline, "the two Ray nodes did not come up"
-            time.sleep(2)
+        wait_until(lambda: port_open(address), [head], "the head's GCS answered", 120)
+        second = start("--address", address, "--resources", '{"node_b": 1}', *common)
+        probe = (
+            f"import time, ray; ray.init(address='{address}', log_to_driver=False)\n"
+            "while sum(n['Alive'] for n in ray.nodes()) < 2:\n"
+            "    time.sleep(0.5)\n"
+        )
+        waiting = subprocess.Popen([sys.executable, "-c", probe], env=env)
+        try:
+            wait_until(lambda: waiting.poll() is not None, [head, second], "two nodes", 180)
+        finally:
+            waiting.kill()
+        assert waiting.wait() == 0
         yield address, env
-    finally:
-        for proc in reversed(procs):
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
 
 
 @pytest.mark.slow
@@ -243,33 +212,18 @@ def test_trinity_run_places_two_ranks_and_the_explorer_on_two_nodes(
 ) -> None:
     """``trinity run`` on a two-node cluster: the two trainer ranks fill one node (their
     placement-group bundle takes its whole CPU), so the explorer runs on the other."""
-    import json
-    import subprocess
-
     address, env = two_nodes
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trinity",
-            "run",
-            "--config",
-            str(REPO / "examples/arithmetic/grpo.yaml"),
-            f"model.model_path={tiny_model_dir}",
-            f"checkpoint_root_dir={tmp_path}",
-            f"cluster.ray_address={address}",
-            "cluster.node_num=2",
-            "trainer.trainer_config.trainer.n_gpus_per_node=2",
-            "buffer.total_steps=1",
-            "explorer.eval_on_startup=false",
-            "buffer.explorer_input.eval_tasksets=[]",
-            "buffer.trainer_input.experience_buffer.path=null",
-        ],
-        cwd=REPO,
+    result = run_demo(
+        tiny_model_dir,
+        tmp_path,
+        f"cluster.ray_address={address}",
+        "cluster.node_num=2",
+        "trainer.trainer_config.trainer.n_gpus_per_node=2",
+        "buffer.total_steps=1",
+        "explorer.eval_on_startup=false",
+        "buffer.explorer_input.eval_tasksets=[]",
+        "buffer.trainer_input.experience_buffer.path=null",
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     [job] = tmp_path.glob("trinity-demo/*")

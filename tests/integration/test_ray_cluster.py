@@ -7,23 +7,12 @@ stop it afterwards.
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
-RAY = str(Path(sys.executable).with_name("ray"))
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from cli_testing import REPO, free_port, ray_environment, ray_nodes, run_demo, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -31,45 +20,17 @@ def ray_head():
     """A head node of our own (``ray start --head --block``), stopped by signalling it.
 
     ``ray stop`` would stop every Ray instance on the machine, including other runs. One
-    head serves the module's tests (each joins it from its own process): its graceful
-    stop alone takes about half a minute.
+    head serves the module's tests (each joins it from its own process).
     """
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    head = subprocess.Popen(
-        [
-            RAY,
-            "start",
-            "--head",
-            "--block",
-            "--port",
-            str(_free_port()),
-            "--num-cpus",
-            "2",
-            "--disable-usage-stats",
-            "--include-dashboard",
-            "false",
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        from trinity.launch.cluster import running_cluster_address
+    from trinity.launch.cluster import running_cluster_address
 
-        deadline = time.monotonic() + 120
-        while running_cluster_address() is None:
-            assert head.poll() is None, "ray start --head exited"
-            assert time.monotonic() < deadline, "the Ray head did not come up in 120 s"
-            time.sleep(1)
+    env = ray_environment()
+    with ray_nodes(env) as start:
+        head = start(
+            "--head", "--port", str(free_port()), "--num-cpus", "2", "--include-dashboard", "false"
+        )
+        wait_until(lambda: running_cluster_address() is not None, [head], "the Ray head", 120)
         yield env
-    finally:
-        os.killpg(head.pid, signal.SIGTERM)
-        try:
-            head.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(head.pid, signal.SIGKILL)
-            head.wait()
 
 
 def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -82,7 +43,7 @@ def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
 def test_stale_ray_address_starts_a_local_instance() -> None:
     # first in the module: the shared head below would otherwise be found and joined
     # Ray exports RAY_ADDRESS after ray.init; children of such a process inherit it
-    env = {**os.environ, "RAY_ADDRESS": f"127.0.0.1:{_free_port()}"}
+    env = {**os.environ, "RAY_ADDRESS": f"127.0.0.1:{free_port()}"}
     code = "from trinity.launch.cluster import connect\nprint(connect('auto', 'trinity-test'))\n"
     result = _python(code, env)
     assert result.returncode == 0, result.stderr
@@ -120,8 +81,9 @@ def test_connect_joins_running_head_by_its_address(ray_head: dict[str, str]) -> 
 
 @pytest.mark.slow
 def test_token_mismatch_is_reported_not_hidden(ray_head: dict[str, str]) -> None:
-    # the head runs with token authentication (Ray's default); this client turns it off
-    env = {**ray_head, "RAY_AUTH_MODE": "disabled"}
+    # the head runs with token authentication (Ray's default); this client turns it off.
+    # Ray retries a refused client once a second, 20 times by default: 2 show the same
+    env = {**ray_head, "RAY_AUTH_MODE": "disabled", "RAY_NUM_REDIS_GET_RETRIES": "2"}
     code = (
         "from trinity.launch.cluster import ClusterError, connect\n"
         "try:\n"
@@ -139,26 +101,14 @@ def test_token_mismatch_is_reported_not_hidden(ray_head: dict[str, str]) -> None
 def test_run_on_running_cluster(
     ray_head: dict[str, str], tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trinity",
-            "run",
-            "--config",
-            str(REPO / "examples/arithmetic/grpo.yaml"),
-            f"model.model_path={tiny_model_dir}",
-            f"checkpoint_root_dir={tmp_path}",
-            "buffer.total_steps=1",
-            "explorer.eval_on_startup=false",
-            "buffer.explorer_input.eval_tasksets=[]",
-            "buffer.trainer_input.experience_buffer.path=null",
-        ],
-        cwd=REPO,
+    result = run_demo(
+        tiny_model_dir,
+        tmp_path,
+        "buffer.total_steps=1",
+        "explorer.eval_on_startup=false",
+        "buffer.explorer_input.eval_tasksets=[]",
+        "buffer.trainer_input.experience_buffer.path=null",
         env=ray_head,
-        capture_output=True,
-        text=True,
-        timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "ray: joined" in result.stderr

@@ -417,7 +417,7 @@ def _summarise(
     plots: list[Path] = []
     try:
         plots = write_plots(job_dir)
-        plots.append(write_html_report(job_dir))
+        plots.append(write_html_report(job_dir, pngs=plots))
     except (FileNotFoundError, ValueError) as exc:
         logger.warning("no plots written: %s", exc)
     explorer = results.get("explorer", {})

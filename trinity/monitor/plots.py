@@ -159,15 +159,19 @@ def final_metrics(series: Iterable[Series]) -> list[tuple[str, str, int, float]]
     return [(s.run, s.key, s.steps[-1], s.values[-1]) for s in series if s.steps]
 
 
-def write_html_report(job_dir: Path, panels: Sequence[Panel] = DEFAULT_PANELS) -> Path:
+def write_html_report(
+    job_dir: Path, panels: Sequence[Panel] = DEFAULT_PANELS, pngs: Sequence[Path] | None = None
+) -> Path:
     """Write ``<job_dir>/monitor/report.html``: the summary figure and the final metrics.
 
     The file is self-contained (the PNG is embedded as base64), so it can be mailed or
-    attached to a CI run.
+    attached to a CI run. ``pngs``: what ``write_plots`` just returned, so the figure is
+    not drawn a second time (drawing it takes seconds); by default it is drawn here.
     """
     job_dir = Path(job_dir)
     monitor_dir = job_dir / "monitor"
-    pngs = write_plots(job_dir, monitor_dir, panels)
+    if pngs is None:
+        pngs = write_plots(job_dir, monitor_dir, panels)
     rows = final_metrics(load_series(monitor_dir))
 
     title = html.escape(f"{job_dir.parent.name}/{job_dir.name}")

@@ -133,3 +133,13 @@ def test_html_report_embeds_the_summary_and_lists_final_metrics(job_dir):
     assert "<td>eval/gsm8k/accuracy/mean</td><td>5</td><td>0.6</td>" in page
     assert "<td>actor/pg_loss</td><td>5</td><td>0.2</td>" in page
     assert "<title>proj/exp</title>" in page
+
+
+def test_html_report_embeds_the_figures_it_is_given_without_drawing_again(job_dir, tmp_path):
+    # what `trinity run` does: write_plots once, then the report around its figure
+    figure = tmp_path / "given.png"
+    figure.write_bytes(PNG_SIGNATURE + b"not drawn by the report")
+    report = write_html_report(job_dir, pngs=[figure])
+    (encoded,) = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', report.read_text())
+    assert base64.b64decode(encoded) == figure.read_bytes()
+    assert not (job_dir / "monitor" / "summary.png").exists()
