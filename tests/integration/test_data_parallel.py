@@ -192,17 +192,21 @@ def two_nodes():
         )
         wait_until(lambda: port_open(address), [head], "the head's GCS answered", 120)
         second = start("--address", address, "--resources", '{"node_b": 1}', *common)
+        # one client waits for both nodes (a client's start-up costs seconds); a failed
+        # one, e.g. joining while the head is still starting, is run again
         probe = (
             f"import time, ray; ray.init(address='{address}', log_to_driver=False)\n"
+            "deadline = time.monotonic() + 60\n"
             "while sum(n['Alive'] for n in ray.nodes()) < 2:\n"
+            "    assert time.monotonic() < deadline\n"
             "    time.sleep(0.5)\n"
         )
-        waiting = subprocess.Popen([sys.executable, "-c", probe], env=env)
-        try:
-            wait_until(lambda: waiting.poll() is not None, [head, second], "two nodes", 180)
-        finally:
-            waiting.kill()
-        assert waiting.wait() == 0
+
+        def both_alive() -> bool:
+            command = [sys.executable, "-c", probe]
+            return subprocess.run(command, env=env, capture_output=True, timeout=120).returncode == 0
+
+        wait_until(both_alive, [head, second], "two live nodes", 180)
         yield address, env
 
 
