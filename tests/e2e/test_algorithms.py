@@ -1,11 +1,11 @@
 """Every algorithm type's example config, run for 2 steps on the tiny model.
 
-ppo and dpo run through ``trinity run`` (Ray actors, as a user runs them); grpo, opmd,
-rloo, reinforceplusplus, gspo, mix and sft run the same example configs through the
-explorer and trainer classes in this process, which exercises the same code without
-starting Ray once per type. ``trinity run`` runs grpo in most end-to-end tests (the demo
-config, ``test_run_cli.py``) and sft as the first stage of ``test_stages.py``.
-``--dry-run`` is checked to show each type's resolved parts.
+ppo runs through ``trinity run`` (Ray actors, as a user runs them, with a critic); the
+other types run the same example configs through the explorer and trainer classes in
+this process, which exercises the same code without starting Ray once per type.
+``trinity run`` runs grpo in most end-to-end tests (the demo config, ``test_run_cli.py``)
+and trains on a dataset (sft) as the first stage of ``test_stages.py``. ``--dry-run`` is
+checked to show each type's resolved parts.
 """
 
 from __future__ import annotations
@@ -109,22 +109,6 @@ def test_ppo_through_the_cli(tiny_model_dir: Path, tmp_path: Path) -> None:
         assert (job / f"global_step_2/critic/{kind}_world_size_1_rank_0.pt").exists()
 
 
-@pytest.mark.slow
-def test_dpo_through_the_cli(tiny_model_dir: Path, tmp_path: Path) -> None:
-    result = run_cli(
-        "run", "--config", str(example("dpo")), *small(tiny_model_dir, tmp_path, "dpo", "train")
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    job = tmp_path / "trinity-examples" / "dpo"
-    rows = trainer_rows(job, "dpo")
-    assert [r["step"] for r in rows] == [1, 2]
-    # 2 pairs per step, each a chosen and a rejected sequence
-    assert all(r["batch/size"] == 4 for r in rows)
-    # step 1 starts at the reference policy: loss log 2
-    assert rows[0]["actor/dpo_loss"] == pytest.approx(math.log(2), abs=1e-3)
-    assert_finite(rows[1])
-
-
 def run_in_process(
     cfg, model_dir: Path, log_dir: Path, steps: int
 ) -> tuple[list[dict[str, float]], dict[str, torch.Tensor]]:
@@ -181,15 +165,33 @@ def test_rollout_types_in_process(
         assert history[0]["actor/sft_loss"] > 0
 
 
-@pytest.mark.slow
-def test_sft_in_process(tiny_model_dir: Path, tmp_path: Path) -> None:
+def train_in_process(cfg, model_dir: Path, steps: int):
+    """``steps`` train steps on the config's dataset (sft, dpo), without Ray: the metrics of
+    each step and the trainer."""
     from trinity.trainer.train_input import TrainInput
     from trinity.trainer.trainer import Trainer
 
-    cfg = load_config(example("sft"), small(tiny_model_dir, tmp_path, "sft", "train"))
-    trainer = Trainer(cfg, model_dir=tiny_model_dir, total_steps=2)
+    trainer = Trainer(cfg, model_dir=model_dir, total_steps=steps)
     train_input = TrainInput(cfg, trainer.tokenizer)  # reads the example's dataset
-    history = [trainer.train_step(train_input.next_batch(trainer.global_step)) for _ in (1, 2)]
+    history = [trainer.train_step(train_input.next_batch(trainer.global_step)) for _ in range(steps)]
+    return history, trainer
+
+
+@pytest.mark.slow
+def test_sft_in_process(tiny_model_dir: Path, tmp_path: Path) -> None:
+    cfg = load_config(example("sft"), small(tiny_model_dir, tmp_path, "sft", "train"))
+    history, trainer = train_in_process(cfg, tiny_model_dir, steps=2)
     assert all(m["batch/size"] == 2 for m in history)
     assert all(m["actor/sft_loss"] > 0 for m in history)
     assert policy_moved(tiny_model_dir, trainer.weights_for_sync())
+
+
+@pytest.mark.slow
+def test_dpo_in_process(tiny_model_dir: Path, tmp_path: Path) -> None:
+    cfg = load_config(example("dpo"), small(tiny_model_dir, tmp_path, "dpo", "train"))
+    history, _ = train_in_process(cfg, tiny_model_dir, steps=2)
+    # 2 pairs per step, each a chosen and a rejected sequence
+    assert all(m["batch/size"] == 4 for m in history)
+    # step 1 starts at the reference policy: loss log 2
+    assert history[0]["actor/dpo_loss"] == pytest.approx(math.log(2), abs=1e-3)
+    assert_finite(history[1])
