@@ -15,6 +15,10 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from trinity.config import Config
 
 logger = logging.getLogger("trinity.launch")
 
@@ -84,8 +88,30 @@ def _auth_mode_for(address: str) -> None:
     maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
 
 
-def connect(ray_address: str | None, namespace: str) -> str:
-    """Initialise Ray in this process; returns "joined" or "started"."""
+def torch_work_overlaps(config: Config) -> bool:
+    """Whether several processes of ``config``'s run may run torch work at the same time:
+    the explorer ahead of the trainer (``sync_interval`` > 1, ``sync_offset`` > 0 or
+    ``sync_style: dynamic`` in mode both), or several engines decoding side by side."""
+    sync, explorer = config.synchronizer, config.explorer
+    ahead = sync.sync_interval > 1 or sync.sync_offset > 0 or sync.sync_style == "dynamic"
+    engines = explorer.rollout_model.engine_num + sum(
+        m.engine_num for m in explorer.auxiliary_models
+    )
+    return (config.mode == "both" and ahead) or engines > 1
+
+
+def connect(ray_address: str | None, namespace: str, overlapping: bool = False) -> str:
+    """Initialise Ray in this process; returns "joined" or "started".
+
+    A cluster started here gives its workers libgomp's default wait policy (a thread
+    that finished its share of a parallel op spins briefly before it sleeps), unless
+    ``overlapping`` (:func:`torch_work_overlaps`): then OpenMP threads sleep at once
+    (``OMP_WAIT_POLICY=PASSIVE``), as threads spinning while a sibling is descheduled
+    make every torch op wait for the scheduler when several processes share the cores.
+    Waking sleeping threads costs each parallel op more than it takes on a small model
+    when nothing else runs: the demo's steps took 2-3x longer with PASSIVE on an idle
+    2-core machine. The environment's own ``OMP_WAIT_POLICY`` always wins.
+    """
     import ray
 
     if ray.is_initialized():
@@ -102,9 +128,8 @@ def connect(ray_address: str | None, namespace: str) -> str:
     if not address:
         # Ray lowers its workers' priority by default; the actors are the run's real work
         os.environ.setdefault("RAY_worker_niceness", "0")
-        # OpenMP threads that spin while a sibling is descheduled make torch many times
-        # slower whenever another process is busy; sleeping threads degrade gracefully
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        if overlapping:
+            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         os.environ.pop("RAY_ADDRESS", None)  # else ray.init would look for that cluster
         # "local": a new instance even when a stale /tmp/ray/ray_current_cluster names a dead one
         ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False, **common)

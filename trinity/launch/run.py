@@ -149,7 +149,7 @@ def run_bench(config: Config) -> dict[str, Any]:
     if config.explorer.rollout_model.engine_num > 1:
         from trinity.launch.cluster import connect
 
-        connect(config.cluster.ray_address, config.ray_namespace)
+        connect(config.cluster.ray_address, config.ray_namespace, overlapping=True)
     monitor = make_monitor(
         config.monitor.monitor_type,
         project=config.project,
@@ -181,7 +181,7 @@ def run_stage(
     policy as a Hugging Face directory, reported as ``final_model_dir``."""
     import ray
 
-    from trinity.launch.cluster import connect
+    from trinity.launch.cluster import connect, torch_work_overlaps
     from trinity.launch.resume import resume_step
     from trinity.launch.roles import ExplorerRole, TrainerRole
     from trinity.launch.trainer_group import start_trainer, write_placement
@@ -223,7 +223,9 @@ def run_stage(
     if start_step:
         print(f"[trinity] resuming after step {start_step}", file=sys.stderr)
 
-    how = connect(config.cluster.ray_address, config.ray_namespace)
+    how = connect(
+        config.cluster.ray_address, config.ray_namespace, overlapping=torch_work_overlaps(config)
+    )
     print(
         f"[trinity] ray: {how} ({ray.cluster_resources().get('CPU', 0):.0f} CPUs)", file=sys.stderr
     )
