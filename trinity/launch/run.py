@@ -147,9 +147,13 @@ def run_bench(config: Config) -> dict[str, Any]:
     (job_dir / "log").mkdir(exist_ok=True)
     model_dir = str(resolve_model_path(config.model.model_path))
     if config.explorer.rollout_model.engine_num > 1:
-        from trinity.launch.cluster import connect
+        from trinity.launch.cluster import connect, torch_work_overlaps
 
-        connect(config.cluster.ray_address, config.ray_namespace, overlapping=True)
+        connect(
+            config.cluster.ray_address,
+            config.ray_namespace,
+            overlapping=torch_work_overlaps(config),
+        )
     monitor = make_monitor(
         config.monitor.monitor_type,
         project=config.project,
