@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -99,13 +100,22 @@ def _serve(source: ExperienceSource, args: argparse.Namespace) -> int:
     url = f"http://127.0.0.1:{server.server_port}/?offset={args.offset}&limit={args.limit}"
     print(f"trinity view: {source.count()} experiences from {source.path}", flush=True)
     print(f"trinity view: open {url} (Ctrl-C stops)", flush=True)
+    # Ctrl-C and SIGTERM both end the loop with status 0, even when the parent started
+    # this process with SIGINT ignored (as shells do for background jobs).
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        server.serve_forever()
+        server.serve_forever(poll_interval=0.2)
     except KeyboardInterrupt:
         pass
     finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         server.server_close()
     return 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def find_source(path: str) -> str:

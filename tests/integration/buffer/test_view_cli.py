@@ -57,6 +57,7 @@ def trinity_view(*args: str, **kwargs) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},
         **kwargs,
     )
 
@@ -136,8 +137,29 @@ def test_web_page_serves_list_detail_and_json(db: Path) -> None:
         assert get(f"{base}/nothing")[0] == 404
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.wait(20)
+        stopped(proc)
     assert proc.returncode == 0
+
+
+def test_sigterm_stops_the_server_cleanly(db: Path) -> None:
+    proc = trinity_view("--db", str(db), "--port", "0")
+    assert proc.stdout is not None
+    proc.stdout.readline()
+    url = proc.stdout.readline().split("open ")[1].split(" ")[0]
+    assert get(url)[0] == 200
+    proc.send_signal(signal.SIGTERM)
+    stopped(proc)
+    assert proc.returncode == 0
+
+
+def stopped(proc: subprocess.Popen, timeout: float = 60) -> None:
+    """Wait for ``proc``; if it hangs, fail with every thread's stack (faulthandler)."""
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        _, err = proc.communicate(timeout=30)
+        pytest.fail(f"trinity view did not stop within {timeout} s; its stacks:\n{err}")
 
 
 def test_token_texts_from_a_decoder(db: Path) -> None:
