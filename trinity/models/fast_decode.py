@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from trinity import kernels
 from trinity.models.cpu_linear import (
     PLAIN_ABOVE_ROWS,
     pack_weight,
@@ -127,6 +128,8 @@ class LlamaDecoder:
         self.head_packed = self.head
         self.dtype = self.embed.dtype
         self.pack = pack and self.dtype == torch.bfloat16 and packing_supported()
+        # the fused norm / rotary / SiLU kernels of decode steps (bf16 only)
+        self.kernels = kernels.load() if self.dtype == torch.bfloat16 else None
         # the model's own rotary module, so the table equals what its forward computes
         positions = torch.arange(max_positions)[None]
         with torch.inference_mode():
@@ -191,6 +194,71 @@ class LlamaDecoder:
             x = x + self.linear(act, down_w, packed[3])
         return F.rms_norm(x, (self.hidden,), self.final_norm, self.eps)
 
+    def fused_step(self, batch: DecodeBatch, tokens: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` of one token per row of ``batch`` with the fused kernels: the
+        residual add and RMS norm, RoPE with the cache writes, and SiLU-and-multiply are
+        one call each. Returns (B, H) final hidden states."""
+        lib = self.kernels.lib  # type: ignore[union-attr]
+        rows, hidden, eps = tokens.numel(), self.hidden, self.eps
+        col, positions = batch.column, batch.positions.contiguous()
+        keys, values = batch.keys, batch.values
+        key_strides = keys.stride()
+        # byte offset of (layer, row 0, kv head 0, this column) in the caches
+        column_bytes = col * key_strides[3] * keys.element_size()
+        layer_bytes = key_strides[0] * keys.element_size()
+        mask = None if batch.mask is None else batch.mask[:, None, None, : col + 1]
+        x = F.embedding(tokens, self.embed)  # (B, H), the residual stream, updated in place
+        h = torch.empty_like(x)
+        q = x.new_empty((rows, self.heads, self.head_dim))
+        act = x.new_empty((rows, self.intermediate))
+        lib.add_rms_norm(
+            x.data_ptr(), None, self.layers[0].norm1.data_ptr(), h.data_ptr(), rows, hidden, eps
+        )
+        for index, layer in enumerate(self.layers):
+            (qkv_w, o_w, gate_up_w, down_w), packed = layer.weights, layer.packed
+            qkv = self.linear(h, qkv_w, packed[0])
+            offset = index * layer_bytes + column_bytes
+            lib.rope_kv(
+                qkv.data_ptr(),
+                positions.data_ptr(),
+                self.cos.data_ptr(),
+                self.sin.data_ptr(),
+                q.data_ptr(),
+                keys.data_ptr() + offset,
+                values.data_ptr() + offset,
+                rows,
+                self.heads,
+                self.kv_heads,
+                self.head_dim,
+                key_strides[1],
+                key_strides[2],
+            )
+            attn = F.scaled_dot_product_attention(
+                q[:, :, None],
+                keys[index, :, :, : col + 1],
+                values[index, :, :, : col + 1],
+                attn_mask=mask,
+                enable_gqa=True,
+            ).reshape(rows, -1)
+            out = self.linear(attn, o_w, packed[1])
+            lib.add_rms_norm(
+                x.data_ptr(),
+                out.data_ptr(),
+                layer.norm2.data_ptr(),
+                h.data_ptr(),
+                rows,
+                hidden,
+                eps,
+            )
+            gate_up = self.linear(h, gate_up_w, packed[2])
+            lib.silu_mul(gate_up.data_ptr(), act.data_ptr(), rows, self.intermediate)
+            down = self.linear(act, down_w, packed[3])
+            norm = self.layers[index + 1].norm1 if index + 1 < len(self.layers) else self.final_norm
+            lib.add_rms_norm(
+                x.data_ptr(), down.data_ptr(), norm.data_ptr(), h.data_ptr(), rows, hidden, eps
+            )
+        return h
+
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(N, H) final hidden states -> (N, V) float32 logits."""
         return self.linear(hidden, self.head, self.head_packed).float()
@@ -227,6 +295,13 @@ class DecodeBatch:
         self.keys = torch.empty(shape, dtype=decoder.dtype)
         self.values = torch.empty(shape, dtype=decoder.dtype)
         self.positions = mask.sum(-1)  # (B,) position of the next token of each row
+        # the fused kernels write through raw pointers: only with the layouts they expect
+        self.fused = (
+            decoder.kernels is not None
+            and self.keys.dtype == torch.bfloat16
+            and all(t.is_contiguous() for t in (decoder.cos, decoder.sin, decoder.embed))
+            and all(w.is_contiguous() for layer in decoder.layers for w in layer.weights)
+        )
         # (B, capacity) additive: -inf at padding, 0 elsewhere; None: no padding. SDPA
         # would turn a bool mask into this form again in every layer.
         self.mask = None
@@ -305,7 +380,10 @@ class DecodeBatch:
             )
             return out.reshape(q.size(0), -1)
 
-        hidden = self.d.forward(tokens, self.positions, attend)
+        if self.fused:
+            hidden = self.d.fused_step(self, tokens)
+        else:
+            hidden = self.d.forward(tokens, self.positions, attend)
         self.column += 1
         self.positions = self.positions + 1
         return self.d.logits(hidden)

@@ -8,6 +8,11 @@ lives only here, as the tensors the optimizer updates. One optimizer step:
     gradient cast to fp32 (times the clip factor) -> AdamW on the fp32 master ->
     master copied (rounded) into the bf16 parameter
 
+With the fused CPU kernels (:mod:`trinity.kernels`) and AdamW, the three passes after the
+norm are one: each tensor's AdamW update reads its bf16 (or fp32) gradient, updates the
+master and the moments, and writes the rounded bf16 parameter, with the optimizer's own
+state tensors (so its ``state_dict`` is that of ``torch.optim.AdamW``).
+
 Compared with fp32 parameters under bf16 autocast, this drops the per-forward casts of
 every weight to bf16 and of every gradient back to fp32, and halves the gradients'
 memory. With several micro-batches a step's gradients are summed in fp32 (the bf16
@@ -19,6 +24,8 @@ in the layout of the fp32 model's state dict.
 from __future__ import annotations
 
 import torch
+
+from trinity import kernels
 
 # fp32 gradients alive at once during a step: tensors are stepped in groups of about this
 # many elements (the embedding, 28 M elements for SmolLM2-135M, is a group of its own)
@@ -37,6 +44,9 @@ class MasterWeights:
             p.data = p.data.to(dtype)
         self._master_of = {id(p): m for p, m in zip(self.params, self.masters, strict=True)}
         self._groups = _groups(self.masters)
+        self.kernels = None
+        if dtype == torch.bfloat16 and all(p.is_contiguous() for p in self.params):
+            self.kernels = kernels.load()
 
     # ------------------------------------------------------------------ gradients
     def accumulate(self) -> None:
@@ -77,6 +87,11 @@ class MasterWeights:
         if fused_scale:
             optimizer.grad_scale = torch.tensor(1.0 / factor)
         finite = torch.isfinite(torch.tensor(norm))
+        if self.kernels is not None and _plain_adamw(optimizer):
+            if finite:
+                self._fused_adamw(optimizer, factor)
+            self.zero_grad()
+            return norm
         try:
             self._step_groups(optimizer, 1.0 if fused_scale else factor, finite)
         finally:
@@ -103,6 +118,37 @@ class MasterWeights:
                 self.masters[i].grad = None
                 self.params[i].grad = None
                 self.params[i].data.copy_(self.masters[i])
+
+    @torch.no_grad()
+    def _fused_adamw(self, optimizer: torch.optim.Optimizer, factor: float) -> None:
+        """AdamW on every master with a gradient (after :meth:`grad_norm`, each has either
+        its fp32 sum or its bf16 gradient), one kernel call per tensor."""
+        group_of = {id(m): g for g in optimizer.param_groups for m in g["params"]}
+        for p, m in zip(self.params, self.masters, strict=True):
+            grad = m.grad if m.grad is not None else p.grad
+            if grad is None:
+                continue
+            group, state = group_of[id(m)], optimizer.state[m]
+            if not state:  # as torch.optim.AdamW creates it
+                state["step"] = torch.tensor(0.0)
+                state["exp_avg"] = torch.zeros_like(m, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(m, memory_format=torch.preserve_format)
+            state["step"] += 1
+            self.kernels.adamw_step(  # type: ignore[union-attr]
+                m.detach(),
+                state["exp_avg"],
+                state["exp_avg_sq"],
+                grad.contiguous(),
+                p.data,
+                lr=float(group["lr"]),
+                betas=group["betas"],
+                eps=group["eps"],
+                weight_decay=group["weight_decay"],
+                step=int(state["step"]),
+                grad_scale=factor,
+            )
+        # what optimizer.step() would have marked for the LR scheduler
+        optimizer._opt_called = True  # type: ignore[attr-defined]
 
     def zero_grad(self) -> None:
         for p, m in zip(self.params, self.masters, strict=True):
@@ -138,6 +184,19 @@ class MasterWeights:
             if grad is not None:
                 grads.append(grad)
         return grads
+
+
+def _plain_adamw(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether ``optimizer`` is AdamW with options the fused kernel implements."""
+    return (
+        type(optimizer) is torch.optim.AdamW
+        and not any(
+            g.get(option)
+            for g in optimizer.param_groups
+            for option in ("amsgrad", "maximize", "capturable", "differentiable")
+        )
+        and all(not torch.is_tensor(g["lr"]) for g in optimizer.param_groups)
+    )
 
 
 def _groups(tensors: list[torch.Tensor]) -> list[list[int]]:

@@ -1,0 +1,168 @@
+"""The fused CPU kernels (trinity/kernels) against the PyTorch ops they replace: the
+decode kernels round as the bf16 ops do, AdamW equals torch.optim.AdamW, and a machine
+without a compiler keeps the PyTorch path."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from trinity import kernels
+from trinity.trainer.precision import MasterWeights
+
+K = kernels.load()
+pytestmark = pytest.mark.skipif(K is None, reason="no C compiler: the kernels are not built")
+
+
+def bf16(*shape: int, seed: int = 0, scale: float = 1.0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=gen) * scale).to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("rows, dim", [(1, 64), (3, 40), (16, 576)])
+def test_add_rms_norm_equals_the_bf16_ops(rows: int, dim: int) -> None:
+    x, delta, weight = bf16(rows, dim, seed=1), bf16(rows, dim, seed=2), bf16(dim, seed=3)
+    out = torch.empty_like(x)
+    summed = x.clone()
+    K.add_rms_norm(summed, delta, weight, out, 1e-5)
+    assert torch.equal(summed, x + delta)  # the residual, updated in place
+    torch.testing.assert_close(out, F.rms_norm(x + delta, (dim,), weight, 1e-5), atol=0, rtol=0)
+    K.add_rms_norm(x, None, weight, out, 1e-6)  # no residual: a plain norm
+    torch.testing.assert_close(out, F.rms_norm(x, (dim,), weight, 1e-6), atol=0, rtol=0)
+
+
+def test_silu_mul_equals_the_bf16_ops() -> None:
+    gate_up = bf16(5, 2 * 300, seed=4, scale=4.0)  # silu over [-16, 16]
+    gate_up[0, :6] = torch.tensor([-100.0, -90.0, 0.0, 90.0, 100.0, 1e-3])  # the clamps
+    out = torch.empty(5, 300, dtype=torch.bfloat16)
+    K.silu_mul(gate_up, out)
+    want = F.silu(gate_up[:, :300]) * gate_up[:, 300:]
+    # the exp differs from PyTorch's in the last float bits: a bf16 rounding can flip
+    differs = out != want
+    assert int(differs.sum()) <= 3
+    torch.testing.assert_close(out, want, atol=1e-30, rtol=2**-7)
+
+
+def test_rope_kv_rotates_and_writes_the_cache_column() -> None:
+    rows, heads, kv_heads, dim, length = 3, 4, 2, 16, 9
+    qkv = bf16(rows, (heads + 2 * kv_heads) * dim, seed=5)
+    positions = torch.tensor([0, 7, 3])
+    angles = torch.arange(10)[:, None] * torch.rand(
+        dim // 2, generator=torch.Generator().manual_seed(6)
+    )
+    cos = torch.cat([angles.cos(), angles.cos()], -1).to(torch.bfloat16)
+    sin = torch.cat([-angles.sin(), angles.sin()], -1).to(torch.bfloat16)  # first half negated
+    # a cache of 5 rows of which rows 1..3 are used (as after dropping finished rows)
+    keys = torch.zeros(5, kv_heads, length, dim, dtype=torch.bfloat16)[1:4]
+    values = torch.zeros_like(keys)
+    q = torch.empty(rows, heads, dim, dtype=torch.bfloat16)
+    K.rope_kv(qkv, positions, cos, sin, q, keys, values, column=6)
+
+    qk = qkv[:, : (heads + kv_heads) * dim].view(rows, heads + kv_heads, dim)
+    c, s = cos[positions][:, None], sin[positions][:, None]
+    rotated = qk * c + qk.roll(dim // 2, -1) * s  # the decoder's PyTorch formula
+    assert torch.equal(q, rotated[:, :heads])
+    assert torch.equal(keys[:, :, 6], rotated[:, heads:])
+    assert torch.equal(
+        values[:, :, 6], qkv[:, (heads + kv_heads) * dim :].view(rows, kv_heads, dim)
+    )
+    others = torch.ones(length, dtype=torch.bool)
+    others[6] = False
+    assert not keys[:, :, others].any() and not values[:, :, others].any()
+
+
+@pytest.mark.parametrize("grad_dtype", [torch.bfloat16, torch.float32])
+def test_adamw_step_equals_torch_adamw(grad_dtype: torch.dtype) -> None:
+    gen = torch.Generator().manual_seed(7)
+    start = torch.randn(70_001, generator=gen)  # above the threaded-loop threshold, odd
+    mine, ref = start.clone(), start.clone().requires_grad_()
+    exp_avg, exp_avg_sq = torch.zeros_like(mine), torch.zeros_like(mine)
+    param = torch.empty(mine.shape, dtype=torch.bfloat16)
+    options = {"lr": 1e-2, "betas": (0.8, 0.95), "eps": 1e-6, "weight_decay": 0.1}
+    optimizer = torch.optim.AdamW([ref], foreach=False, **options)
+    for step in (1, 2, 3):
+        grad = torch.randn(mine.shape, generator=gen).to(grad_dtype)
+        K.adamw_step(mine, exp_avg, exp_avg_sq, grad, param, step=step, grad_scale=0.5, **options)
+        ref.grad = grad.float() * 0.5
+        optimizer.step()
+    torch.testing.assert_close(mine, ref.detach(), atol=2e-6, rtol=1e-5)
+    torch.testing.assert_close(exp_avg_sq, optimizer.state[ref]["exp_avg_sq"], atol=1e-9, rtol=1e-5)
+    assert torch.equal(param, mine.to(torch.bfloat16))
+    assert float(mine.sub(start).abs().max()) > 1e-2  # it moved
+
+
+def test_master_weights_step_equals_the_pytorch_path(tiny_model_dir: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    results = []
+    for fused in (True, False):
+        model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+        master = MasterWeights(model)
+        assert master.kernels is not None
+        if not fused:
+            master.kernels = None
+        optimizer = torch.optim.AdamW(master.masters, lr=1e-3, weight_decay=0.01, fused=True)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (step + 1))
+        gen = torch.Generator().manual_seed(0)
+        for step in range(3):
+            for p in master.params:
+                p.grad = torch.randn(p.shape, generator=gen).to(torch.bfloat16)
+            if step == 1:  # an fp32 sum plus a pending bf16 gradient (micro-batches)
+                master.accumulate()
+                for p in master.params:
+                    p.grad = torch.randn(p.shape, generator=gen).to(torch.bfloat16)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # no "scheduler before optimizer" warning
+                master.step(optimizer, max_norm=1.0 if step == 2 else 0.0)
+                scheduler.step()
+        results.append((master, optimizer))
+    (fast, fast_opt), (slow, slow_opt) = results
+    for a, b in zip(fast.masters, slow.masters, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    for p, m in zip(fast.params, fast.masters, strict=True):
+        assert torch.equal(p.detach(), m.detach().to(torch.bfloat16))
+    # the optimizer state is torch's AdamW state: a checkpoint loads into either path
+    fast_state, slow_state = fast_opt.state_dict(), slow_opt.state_dict()
+    assert fast_state["state"].keys() == slow_state["state"].keys()
+    for key, state in fast_state["state"].items():
+        assert state.keys() == slow_state["state"][key].keys()
+        assert float(state["step"]) == float(slow_state["state"][key]["step"]) == 3.0
+        torch.testing.assert_close(state["exp_avg"], slow_state["state"][key]["exp_avg"])
+
+
+def test_without_a_compiler_the_kernels_are_off(tmp_path: Path) -> None:
+    code = (
+        "import logging; logging.basicConfig();"
+        "from trinity import kernels; print('LOADED', kernels.load() is not None)"
+    )
+    env = {
+        "PATH": "/nonexistent",
+        "CC": str(tmp_path / "no-such-cc"),
+        "TRINITY_KERNEL_CACHE": str(tmp_path / "cache"),
+        "HOME": str(tmp_path),
+    }
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert "LOADED False" in done.stdout, done.stderr
+    assert "fused CPU kernels unavailable" in done.stderr and "no-such-cc" in done.stderr
+    off = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "TRINITY_CPU_KERNELS": "0"},
+        capture_output=True,
+        text=True,
+    )
+    assert "LOADED False" in off.stdout and "unavailable" not in off.stderr
+
+
+def test_a_build_is_cached_by_source_and_cpu(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("TRINITY_KERNEL_CACHE", str(tmp_path))
+    first = kernels.build()
+    assert first.parent == tmp_path and first.suffix == ".so"
+    mtime = first.stat().st_mtime_ns
+    assert kernels.build() == first and first.stat().st_mtime_ns == mtime  # not rebuilt
+    assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no partial files left

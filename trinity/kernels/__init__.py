@@ -1,0 +1,268 @@
+"""Fused CPU kernels, compiled from ``cpu_kernels.c`` at first use and called via ctypes.
+
+Decoding a few rows at a time, most of a step outside the matmuls is ATen's per-op
+overhead: an RMS norm is six ops, rotary embedding four, SiLU-and-multiply two, each a
+few microseconds for a few thousand elements. The optimizer step of bf16 weights is
+three passes over 135 M elements (gradient cast, AdamW, copy into the bf16 parameter).
+The kernels here do each of those in one pass:
+
+- :func:`add_rms_norm` residual add + RMS norm; :func:`rope_kv` rotary embedding of q
+  and k plus the cache writes of k and v; :func:`silu_mul` (decode, see
+  :mod:`trinity.models.fast_decode`);
+- :func:`adamw_step` AdamW on an fp32 master from a bf16 (or fp32) gradient, writing the
+  rounded bf16 parameter too (:mod:`trinity.trainer.precision`).
+
+The library is built with the system C compiler (``cc``, or ``$CC``) for this CPU
+(``-march=native``) into ``~/.cache/trinity/kernels`` (``$TRINITY_KERNEL_CACHE``), named
+by a hash of the source, the flags and the CPU's feature flags; a build is written to a
+temporary name and renamed, so concurrent processes and interrupted builds never load
+a partial file. Without a compiler, or with ``TRINITY_CPU_KERNELS=0``, :func:`load`
+returns None and callers keep their plain PyTorch path (same results within bf16
+rounding; the tests compare both).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import torch  # loads torch's libgomp first: the library below then shares it
+
+logger = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("cpu_kernels.c")
+FLAGS = [
+    "-O3",
+    "-march=native",
+    "-fopenmp",
+    "-fno-math-errno",
+    "-fno-trapping-math",
+    "-fPIC",
+    "-shared",
+]
+
+_lock = threading.Lock()
+_loaded: dict[str, Kernels | None] = {}
+
+_P, _I, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
+_SIGNATURES = {
+    "add_rms_norm": [_P, _P, _P, _P, _I, _I, _F],
+    "rope_kv": [_P, _P, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I],
+    "silu_mul": [_P, _P, _I, _I],
+    "adamw_step": [_P, _P, _P, _P, _P, _P, _I, _F, _F, _F, _F, _F, _F, _F],
+}
+
+
+class KernelBuildError(RuntimeError):
+    pass
+
+
+def enabled() -> bool:
+    return os.environ.get("TRINITY_CPU_KERNELS", "1").lower() not in ("0", "false", "no", "off")
+
+
+def load() -> Kernels | None:
+    """The compiled kernels, or None (disabled, not x86-64/aarch64 Linux, or no compiler;
+    the reason is logged once)."""
+    if not enabled():
+        return None
+    with _lock:
+        if "lib" not in _loaded:
+            try:
+                _loaded["lib"] = Kernels(ctypes.CDLL(str(build())))
+            except (KernelBuildError, OSError) as exc:
+                logger.warning("fused CPU kernels unavailable, using PyTorch ops: %s", exc)
+                _loaded["lib"] = None
+        return _loaded["lib"]
+
+
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("TRINITY_KERNEL_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "trinity" / "kernels"
+
+
+def build() -> Path:
+    """Compile the library unless a build for this source, these flags and this CPU exists."""
+    if platform.system() != "Linux":
+        raise KernelBuildError(f"built on Linux only, not {platform.system()}")
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        raise KernelBuildError("no C compiler (cc or gcc) on PATH; set CC")
+    source = SOURCE.read_bytes()
+    key = hashlib.sha256(
+        source + " ".join([compiler, *FLAGS, platform.machine(), _cpu_flags()]).encode()
+    ).hexdigest()[:16]
+    target = cache_dir() / f"cpu_kernels-{key}.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, partial = tempfile.mkstemp(prefix=target.stem, suffix=".so.partial", dir=target.parent)
+    os.close(fd)
+    try:
+        done = subprocess.run(
+            [compiler, *FLAGS, str(SOURCE), "-o", partial, "-lm"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if done.returncode != 0:
+            raise KernelBuildError(f"{compiler} failed: {done.stderr.strip()[-2000:]}")
+        os.replace(partial, target)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise KernelBuildError(f"cannot run {compiler}: {exc}") from exc
+    finally:
+        if os.path.exists(partial):
+            os.unlink(partial)
+    logger.debug("built %s", target)
+    return target
+
+
+def _ptr(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+def _check(t: torch.Tensor, dtype: torch.dtype, name: str) -> None:
+    if t.dtype != dtype or not t.is_contiguous() or t.device.type != "cpu":
+        raise ValueError(
+            f"{name}: need a contiguous CPU {dtype} tensor, got {t.dtype} {t.stride()}"
+        )
+
+
+class Kernels:
+    """Typed entry points of the library. Tensors must be contiguous CPU tensors of the
+    dtypes named; the kernels write their outputs in place."""
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        self.lib = lib  # the raw functions, for hot loops that checked their inputs once
+        for name, argtypes in _SIGNATURES.items():
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = argtypes, None
+
+    def add_rms_norm(
+        self,
+        x: torch.Tensor,
+        delta: torch.Tensor | None,
+        weight: torch.Tensor,
+        out: torch.Tensor,
+        eps: float,
+    ) -> None:
+        """x += delta (if given); out = rms_norm(x) * weight. All (rows, dim) bf16."""
+        rows, dim = x.shape
+        for t, name in ((x, "x"), (weight, "weight"), (out, "out")):
+            _check(t, torch.bfloat16, name)
+        if delta is not None:
+            _check(delta, torch.bfloat16, "delta")
+            assert delta.shape == x.shape
+        assert out.shape == x.shape and weight.numel() == dim
+        self.lib.add_rms_norm(_ptr(x), _ptr(delta), _ptr(weight), _ptr(out), rows, dim, eps)
+
+    def rope_kv(
+        self,
+        qkv: torch.Tensor,
+        positions: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        q_out: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        column: int,
+    ) -> None:
+        """RoPE of q and k of one token per row; q into ``q_out`` (rows, heads, dim), k and
+        v into column ``column`` of ``keys`` / ``values`` (rows, kv_heads, T, dim)."""
+        rows, heads, dim = q_out.shape
+        kv_heads = keys.shape[1]
+        _check(qkv, torch.bfloat16, "qkv")
+        _check(q_out, torch.bfloat16, "q_out")
+        _check(cos, torch.bfloat16, "cos")
+        _check(sin, torch.bfloat16, "sin")
+        _check(positions, torch.int64, "positions")
+        assert qkv.shape == (rows, (heads + 2 * kv_heads) * dim) and positions.shape == (rows,)
+        assert keys.shape[0] == rows and keys.shape[-1] == dim and keys.stride() == values.stride()
+        assert keys.dtype == values.dtype == torch.bfloat16 and keys.stride(-1) == 1
+        assert 0 <= column < keys.shape[2] and int(positions.max()) < cos.shape[0]
+        self.lib.rope_kv(
+            _ptr(qkv),
+            _ptr(positions),
+            _ptr(cos),
+            _ptr(sin),
+            _ptr(q_out),
+            keys[:, :, column].data_ptr(),
+            values[:, :, column].data_ptr(),
+            rows,
+            heads,
+            kv_heads,
+            dim,
+            keys.stride(0),
+            keys.stride(1),
+        )
+
+    def silu_mul(self, gate_up: torch.Tensor, out: torch.Tensor) -> None:
+        """out (rows, I) = silu(gate_up[:, :I]) * gate_up[:, I:]."""
+        rows, inter = out.shape
+        _check(gate_up, torch.bfloat16, "gate_up")
+        _check(out, torch.bfloat16, "out")
+        assert gate_up.shape == (rows, 2 * inter)
+        self.lib.silu_mul(_ptr(gate_up), _ptr(out), rows, inter)
+
+    def adamw_step(
+        self,
+        master: torch.Tensor,
+        exp_avg: torch.Tensor,
+        exp_avg_sq: torch.Tensor,
+        grad: torch.Tensor,
+        param: torch.Tensor,
+        *,
+        lr: float,
+        betas: tuple[float, float],
+        eps: float,
+        weight_decay: float,
+        step: int,
+        grad_scale: float = 1.0,
+    ) -> None:
+        """One AdamW update of ``master`` (fp32) from ``grad`` (bf16 or fp32) at step
+        ``step`` (1-based), as torch.optim.AdamW; ``param`` (bf16) gets the new value."""
+        n = master.numel()
+        for t, name in ((master, "master"), (exp_avg, "exp_avg"), (exp_avg_sq, "exp_avg_sq")):
+            _check(t, torch.float32, name)
+            assert t.numel() == n
+        _check(param, torch.bfloat16, "param")
+        if grad.dtype not in (torch.bfloat16, torch.float32):
+            raise ValueError(f"grad: need bf16 or float32, got {grad.dtype}")
+        _check(grad, grad.dtype, "grad")
+        assert grad.numel() == n and param.numel() == n
+        beta1, beta2 = betas
+        bf16_grad = grad.dtype == torch.bfloat16
+        self.lib.adamw_step(
+            _ptr(master),
+            _ptr(exp_avg),
+            _ptr(exp_avg_sq),
+            grad.data_ptr() if bf16_grad else None,
+            None if bf16_grad else grad.data_ptr(),
+            _ptr(param),
+            n,
+            beta1,
+            beta2,
+            eps,
+            1.0 - lr * weight_decay,
+            lr / (1.0 - beta1**step),
+            (1.0 - beta2**step) ** 0.5,
+            grad_scale,
+        )
