@@ -64,6 +64,48 @@ def _scaled(chunk: torch.Tensor, temperature: float) -> torch.Tensor:
     return chunk if temperature == 1.0 else chunk.float() / temperature
 
 
+class _KernelLogprobs(torch.autograd.Function):
+    """:class:`_LogprobsFromLogits` for (B, T, V) bf16 logits, with the fused CPU kernels:
+    two read-only passes over each position's logits forward, one backward."""
+
+    @staticmethod
+    def forward(ctx, logits, labels, temperature, with_entropy):  # type: ignore[override]
+        from trinity import kernels
+
+        lib = kernels.load()
+        out, lse, entropy = lib.logprob_rows(logits, labels, temperature, with_entropy)
+        ctx.save_for_backward(logits, labels, lse)
+        ctx.temperature = temperature
+        entropy = entropy if entropy is not None else out.new_empty(0)
+        ctx.mark_non_differentiable(entropy)
+        return out, entropy
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out, _grad_entropy):  # type: ignore[override]
+        from trinity import kernels
+
+        logits, labels, lse = ctx.saved_tensors
+        grad = kernels.load().logprob_rows_backward(logits, labels, lse, grad_out, ctx.temperature)
+        return grad, None, None, None
+
+
+def _use_kernel(logits: torch.Tensor, chunk_size: int | None) -> bool:
+    """Whether the fused kernel computes these log-probs: bf16 CPU logits (B, T, V) with a
+    contiguous last dim, default chunking, and the kernels built."""
+    if (
+        chunk_size is not None
+        or logits.dtype != torch.bfloat16
+        or logits.device.type != "cpu"
+        or logits.dim() != 3
+        or logits.stride(-1) != 1
+    ):
+        return False
+    from trinity import kernels
+
+    return kernels.load() is not None
+
+
 class _LogprobsFromLogits(torch.autograd.Function):
     """log softmax(logits / temperature)[label], chunked over token positions; with
     ``with_entropy`` also the entropy from the same log-softmax (not differentiable)."""
@@ -176,6 +218,8 @@ def logprobs_from_logits(
         raise ValueError(f"temperature must be > 0, got {temperature}")
     if logits.shape[:-1] != labels.shape:
         raise ValueError(f"logits {tuple(logits.shape)} do not match labels {tuple(labels.shape)}")
+    if _use_kernel(logits, chunk_size):
+        return _KernelLogprobs.apply(logits, labels.long(), float(temperature), False)[0]
     rows = _rows_per_chunk(logits.shape[-1], chunk_size)
     logprobs, _ = _LogprobsFromLogits.apply(logits, labels.long(), float(temperature), rows, False)
     return logprobs
@@ -197,6 +241,8 @@ def logprobs_and_entropy(
         raise ValueError(f"temperature must be > 0, got {temperature}")
     if logits.shape[:-1] != labels.shape:
         raise ValueError(f"logits {tuple(logits.shape)} do not match labels {tuple(labels.shape)}")
+    if _use_kernel(logits, chunk_size):
+        return _KernelLogprobs.apply(logits, labels.long(), float(temperature), True)
     rows = _rows_per_chunk(logits.shape[-1], chunk_size)
     return _LogprobsFromLogits.apply(logits, labels.long(), float(temperature), rows, True)
 

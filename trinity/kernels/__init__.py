@@ -9,6 +9,9 @@ The kernels here do each of those in one pass:
 - :func:`add_rms_norm` residual add + RMS norm; :func:`rope_kv` rotary embedding of q
   and k plus the cache writes of k and v; :func:`silu_mul` (decode, see
   :mod:`trinity.models.fast_decode`);
+- :func:`logprob_rows` log-probabilities of the labels, log-sum-exp and entropy of bf16
+  logits in two read-only passes per position, and its backward pass in one
+  (:mod:`trinity.algorithm.utils`);
 - :func:`adamw_step` AdamW on an fp32 master from a bf16 (or fp32) gradient, writing the
   rounded bf16 parameter too (:mod:`trinity.trainer.precision`).
 
@@ -44,7 +47,7 @@ FLAGS = [
     "-march=native",
     "-fopenmp",
     "-fno-math-errno",
-    "-fno-trapping-math",
+    "-fno-trapping-math", "-ffp-contract=off",
     "-fPIC",
     "-shared",
 ]
@@ -58,6 +61,8 @@ _SIGNATURES = {
     "rope_kv": [_P, _P, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I],
     "silu_mul": [_P, _P, _I, _I],
     "adamw_step": [_P, _P, _P, _P, _P, _P, _I, _F, _F, _F, _F, _F, _F, _F],
+    "logprob_rows": [_P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _F],
+    "logprob_rows_backward": [_P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _F],
 }
 
 
@@ -266,3 +271,57 @@ class Kernels:
             (1.0 - beta2**step) ** 0.5,
             grad_scale,
         )
+
+    def logprob_rows(
+        self, logits: torch.Tensor, labels: torch.Tensor, temperature: float, entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(logprob, lse, entropy or None), each (B, T) float32, of (B, T, V) bf16 logits
+        whose last dimension is contiguous."""
+        batch, steps, vocab = logits.shape
+        self._check_logits(logits, labels)
+        out = torch.empty((batch, steps), dtype=torch.float32)
+        lse = torch.empty_like(out)
+        ent = torch.empty_like(out) if entropy else None
+        labels = labels.contiguous()
+        self.lib.logprob_rows(
+            logits.data_ptr(), labels.data_ptr(), out.data_ptr(), lse.data_ptr(),
+            _ptr(ent), batch, steps, vocab, logits.stride(0), logits.stride(1),
+            1.0 / temperature,
+        )  # fmt: skip
+        return out, lse, ent
+
+    def logprob_rows_backward(
+        self,
+        logits: torch.Tensor,
+        labels: torch.Tensor,
+        lse: torch.Tensor,
+        grad: torch.Tensor,
+        temperature: float,
+    ) -> torch.Tensor:
+        """d(sum grad * logprob) / d logits: (B, T, V) bf16, contiguous."""
+        batch, steps, vocab = logits.shape
+        self._check_logits(logits, labels)
+        _check(lse, torch.float32, "lse")
+        grad = grad.float().contiguous()
+        labels = labels.contiguous()
+        assert lse.shape == grad.shape == (batch, steps)
+        out = torch.empty((batch, steps, vocab), dtype=torch.bfloat16)
+        self.lib.logprob_rows_backward(
+            logits.data_ptr(), labels.data_ptr(), lse.data_ptr(), grad.data_ptr(),
+            out.data_ptr(), batch, steps, vocab, logits.stride(0), logits.stride(1),
+            1.0 / temperature,
+        )  # fmt: skip
+        return out
+
+    @staticmethod
+    def _check_logits(logits: torch.Tensor, labels: torch.Tensor) -> None:
+        if logits.dtype != torch.bfloat16 or logits.stride(-1) != 1 or logits.dim() != 3:
+            raise ValueError(
+                f"logits: need (B, T, V) bf16 with a contiguous last dim, got {logits.dtype} {logits.stride()}"
+            )
+        if labels.shape != logits.shape[:2] or labels.dtype != torch.int64:
+            raise ValueError(
+                f"labels: need int64 {tuple(logits.shape[:2])}, got {labels.dtype} {tuple(labels.shape)}"
+            )
+        if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= logits.shape[2]):
+            raise ValueError(f"labels: ids must lie in [0, {logits.shape[2]})")

@@ -149,3 +149,56 @@ void adamw_step(float *master, float *exp_avg, float *exp_avg_sq, const bf16 *gr
         param[i] = f2bf(p);
     }
 }
+
+/* Log-probabilities of labels under softmax(logits * inv_temp), one (b, t) position per
+ * row: logits (B, T, vocab) bf16 with strides (stride_b, stride_t, 1); labels, logprob,
+ * lse and entropy (B * T) in row order. lse gets each row's log-sum-exp (for the
+ * backward pass); entropy, when not NULL, each row's entropy. */
+void logprob_rows(const bf16 *logits, const int64_t *labels, float *logprob, float *lse,
+                  float *entropy, int64_t batch, int64_t steps, int64_t vocab,
+                  int64_t stride_b, int64_t stride_t, float inv_temp) {
+#pragma omp parallel for schedule(static) if (batch * steps * vocab > 65536)
+    for (int64_t row = 0; row < batch * steps; row++) {
+        const bf16 *x = logits + (row / steps) * stride_b + (row % steps) * stride_t;
+        float top = -INFINITY;
+#pragma omp simd reduction(max : top)
+        for (int64_t j = 0; j < vocab; j++) {
+            float z = bf2f(x[j]) * inv_temp;
+            top = z > top ? z : top;
+        }
+        float sum = 0.0f, weighted = 0.0f;
+#pragma omp simd reduction(+ : sum, weighted)
+        for (int64_t j = 0; j < vocab; j++) {
+            float z = bf2f(x[j]) * inv_temp - top;
+            float e = exp_approx(z);
+            sum += e;
+            weighted += e * z;
+        }
+        float log_sum = logf(sum);
+        lse[row] = top + log_sum;
+        logprob[row] = bf2f(x[labels[row]]) * inv_temp - lse[row];
+        /* H = -sum p log p with p = e / sum and log p = z - log_sum */
+        if (entropy != NULL) entropy[row] = log_sum - weighted / sum;
+    }
+}
+
+/* The gradient of logprob_rows' logprob with respect to the logits: for each row,
+ * grad[row] * (onehot(label) - softmax) * inv_temp, written as bf16 into grad_logits
+ * (B * T, vocab) contiguous. */
+void logprob_rows_backward(const bf16 *logits, const int64_t *labels, const float *lse,
+                           const float *grad, bf16 *grad_logits, int64_t batch,
+                           int64_t steps, int64_t vocab, int64_t stride_b, int64_t stride_t,
+                           float inv_temp) {
+#pragma omp parallel for schedule(static) if (batch * steps * vocab > 65536)
+    for (int64_t row = 0; row < batch * steps; row++) {
+        const bf16 *x = logits + (row / steps) * stride_b + (row % steps) * stride_t;
+        bf16 *out = grad_logits + row * vocab;
+        const float scale = -grad[row] * inv_temp, shift = lse[row];
+#pragma omp simd
+        for (int64_t j = 0; j < vocab; j++)
+            out[j] = f2bf(scale * exp_approx(bf2f(x[j]) * inv_temp - shift));
+        const int64_t label = labels[row];
+        float p = exp_approx(bf2f(x[label]) * inv_temp - shift);
+        out[label] = f2bf(grad[row] * inv_temp * (1.0f - p));
+    }
+}

@@ -166,3 +166,32 @@ def test_a_build_is_cached_by_source_and_cpu(tmp_path: Path, monkeypatch) -> Non
     mtime = first.stat().st_mtime_ns
     assert kernels.build() == first and first.stat().st_mtime_ns == mtime  # not rebuilt
     assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no partial files left
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_logprobs_and_entropy_equal_the_chunked_pytorch_path(temperature: float) -> None:
+    from trinity.algorithm.utils import logprobs_and_entropy, logprobs_from_logits
+
+    # (B, T + 1, V) sliced to T positions, as the trainer's logits are: not contiguous
+    full = bf16(3, 6, 1000, seed=8, scale=3.0)
+    full[0, 0, 5] = 40.0  # one confident position
+    labels = torch.randint(0, 1000, (3, 5), generator=torch.Generator().manual_seed(9))
+    labels[0, 0] = 5
+    weights = torch.randn(3, 5, generator=torch.Generator().manual_seed(10))
+    results = []
+    for chunk_size in (None, 2):  # None: the kernel; a chunk size: the PyTorch path
+        logits = full.clone().requires_grad_()
+        logprobs, entropy = logprobs_and_entropy(
+            logits[:, :-1], labels, temperature=temperature, chunk_size=chunk_size
+        )
+        (logprobs * weights).sum().backward()
+        only = logprobs_from_logits(logits[:, :-1], labels, temperature, chunk_size=chunk_size)
+        results.append((logprobs.detach(), entropy, logits.grad, only.detach()))
+    (lp, ent, grad, only), (lp_ref, ent_ref, grad_ref, only_ref) = results
+    torch.testing.assert_close(lp, lp_ref, atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(only, only_ref, atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(ent, ent_ref, atol=2e-5, rtol=1e-5)
+    assert float(lp[0, 0]) > -1e-3 and float(ent[0, 0]) < 1e-2  # the confident position
+    # bf16 gradients: equal up to a rounding of either
+    torch.testing.assert_close(grad.float(), grad_ref.float(), atol=1e-8, rtol=2**-7)
+    assert not grad[:, -1].any()  # the position no label reads
