@@ -47,6 +47,10 @@ class TrainerSetupError(ValueError):
     """The algorithm's parts need a model or input the config does not provide."""
 
 
+# policy losses whose gradient is zero where the advantages are (see rows_with_gradient)
+LINEAR_IN_ADVANTAGE = ("ppo", "gspo")
+
+
 def compute_dtype(name: str) -> torch.dtype:
     return _DTYPES[name]
 
@@ -112,6 +116,7 @@ class Trainer:
         self.total_steps = total_steps
         self.rank = rank_info.rank if rank_info else 0
         self.world_size = rank_info.world_size if rank_info else 1
+        self.skipped_rows = 0  # rows of the last mini-batch left out of backward
         algo = config.algorithm
         tc = config.trainer.trainer_config
         actor_cfg = tc.actor_rollout_ref.actor
@@ -309,13 +314,15 @@ class Trainer:
             # loss shares add up to the mini-batch loss; ratios are averaged
             metrics[f"actor/{k}"] = v / self.ppo_epochs if "loss" in k else v / counts[k]
         metrics["actor/grad_norm"] = float(sum(grad_norms) / len(grad_norms))
+        metrics["actor/skipped_rows"] = float(self.skipped_rows)
         return metrics
 
     def backward(self, batch: TrainBatch) -> dict[str, tuple[float, int]]:
         """Accumulate the gradient of the mini-batch loss over micro-batches.
 
         Every loss is normalised by the counts of the whole batch, so the accumulated
-        gradient does not depend on the micro-batch size. Returns, per metric, the sum
+        gradient does not depend on the micro-batch size, nor on leaving out rows whose
+        loss has no gradient (:meth:`rows_with_gradient`). Returns, per metric, the sum
         over micro-batches and their number.
         """
         rl_mask = batch.rl_mask
@@ -325,6 +332,10 @@ class Trainer:
             expert_normalizer = LossNormalizer.from_mask(
                 batch.action_mask[batch.is_expert], self.max_response_tokens
             )
+        rows = self.rows_with_gradient(batch)
+        self.skipped_rows = 0 if rows is None else batch.size - rows.numel()
+        if rows is not None:
+            batch = batch.select(rows)
         totals: dict[str, tuple[float, int]] = {}
         micros = distributed.micro_batches(
             batch, self.micro_batch_size, self.rank, self.world_size, self.max_tokens
@@ -337,6 +348,34 @@ class Trainer:
                 total, count = totals.get(k, (0.0, 0))
                 totals[k] = (total + v, count + 1)
         return distributed.gather_metrics(totals) if self.world_size > 1 else totals
+
+    def rows_with_gradient(self, batch: TrainBatch) -> torch.Tensor | None:
+        """The rows of ``batch`` whose loss has a gradient, when some have none; else None.
+
+        Under a policy loss linear in the advantages (PPO, GSPO) with no KL or entropy
+        loss, a row whose advantages are all zero (a GRPO group whose rewards tie)
+        contributes exactly nothing to the gradient; its forward and backward passes
+        are skipped. The normalizer still counts it, so the update is unchanged; the
+        step's ratio and entropy metrics are then over the trained rows. When no row
+        carries a gradient, the first one runs: the gradient is zero, and AdamW still
+        applies its momentum and weight decay, as it would have.
+        """
+        algo = self.config.algorithm
+        if (
+            self.world_size > 1
+            or batch.advantages is None
+            or self.entropy_has_grad
+            or algo.policy_loss_fn not in LINEAR_IN_ADVANTAGE
+            or (batch.ref_logprobs is not None and algo.kl_loss_fn != NONE)
+            or bool(batch.is_expert.any())
+        ):
+            return None
+        live = ((batch.advantages != 0) & (batch.rl_mask > 0)).any(dim=1)
+        if bool(live.all()):
+            return None
+        if not bool(live.any()):
+            live[0] = True
+        return live.nonzero().flatten()
 
     def _micro_step(
         self,
@@ -440,7 +479,9 @@ class Trainer:
             # consumer copies or serialises them at once)
             return {k: v.detach() for k, v in self.model.state_dict().items()}
         state = (
-            distributed.full_state_dict(self.model) if self.world_size > 1 else self.model.state_dict()
+            distributed.full_state_dict(self.model)
+            if self.world_size > 1
+            else self.model.state_dict()
         )
         # copy=True: one copy whether or not the dtype changes (.to then .clone made two)
         return {k: v.detach().to(self.compute_dtype, copy=True) for k, v in state.items()}

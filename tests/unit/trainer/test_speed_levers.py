@@ -369,3 +369,69 @@ def test_one_pass_logprobs_and_entropy_match_the_separate_passes(
         entropy, entropy_from_logits(logits.detach(), temperature=temperature), atol=0, rtol=0
     )
     assert float(entropy.min()) > 0
+
+
+NO_KL = {"kl_loss_fn": "none", "use_reference": False}
+
+
+def _tied_groups(n: int = 8, group_size: int = 4) -> list[Experience]:
+    """``rollouts`` with the rewards of every group but the first tied (zero advantage)."""
+    batch = rollouts(n, group_size)
+    for exp in batch[group_size:]:
+        exp.reward = 1.0
+    return batch
+
+
+@pytest.mark.parametrize("tie_all", [False, True])
+def test_rows_without_gradient_are_skipped_with_the_same_update(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tie_all: bool
+) -> None:
+    batch = _tied_groups()
+    if tie_all:
+        for exp in batch:
+            exp.reward = 0.5
+    cfg = make_config(
+        tiny_model_dir, tmp_path, "grpo", model={"dtype": "bfloat16"}, algorithm=NO_KL
+    )
+    results = []
+    for skip in (True, False):
+        trainer = Trainer(cfg, model_dir=tiny_model_dir, total_steps=3)
+        if not skip:
+            monkeypatch.setattr(trainer, "rows_with_gradient", lambda batch: None)
+        trainer.train_step(rollouts(8, seed=3))  # moments, so a tied step still moves
+        before = {k: v.clone() for k, v in trainer._model_state().items()}
+        metrics = trainer.train_step(batch)
+        results.append((trainer, metrics, before))
+    (fast, fast_metrics, before), (slow, slow_metrics, _) = results
+    assert fast_metrics["actor/skipped_rows"] == (7.0 if tie_all else 4.0)
+    assert slow_metrics["actor/skipped_rows"] == 0.0
+    assert fast_metrics["actor/pg_loss"] == pytest.approx(slow_metrics["actor/pg_loss"], abs=1e-6)
+    assert fast_metrics["actor/grad_norm"] == pytest.approx(
+        slow_metrics["actor/grad_norm"], rel=1e-2
+    )
+    if tie_all:
+        assert fast_metrics["actor/grad_norm"] == 0.0
+    after = fast._model_state()
+    for name, weight in slow._model_state().items():
+        torch.testing.assert_close(after[name], weight, atol=1e-7, rtol=1e-4, msg=name)
+    # the step moved the weights (momentum, even when nothing was trained)
+    assert any(not torch.equal(after[k], v) for k, v in before.items())
+
+
+def test_rows_are_kept_when_a_loss_term_has_gradient_everywhere(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    entropy_loss = {"entropy_loss_fn": "default", "entropy_loss_fn_args": {"entropy_coef": 0.01}}
+    for algorithm, extra in (
+        ("grpo", {**NO_KL, **entropy_loss}),  # an entropy loss
+        ("opmd", NO_KL),  # a loss not linear in the advantages
+        ("grpo", {}),  # a KL loss
+    ):
+        cfg = make_config(tiny_model_dir, tmp_path, algorithm, algorithm=extra)
+        trainer = Trainer(cfg, model_dir=tiny_model_dir, total_steps=2)
+        batch, _ = trainer.prepare(_tied_groups())
+        assert trainer.rows_with_gradient(batch) is None, (algorithm, extra)
+    cfg = make_config(tiny_model_dir, tmp_path, "grpo", algorithm=NO_KL)
+    grpo = Trainer(cfg, model_dir=tiny_model_dir, total_steps=2)
+    batch, _ = grpo.prepare(_tied_groups())
+    assert grpo.rows_with_gradient(batch).tolist() == [0, 1, 2, 3]
