@@ -9,7 +9,9 @@ tasks of the demo's arithmetic taskset with 8 rollouts each (16 completions of a
 batch, no KL term and no reference model. A trinity step is rollout (the explorer's
 engine, model wrapper and workflow, in this process) + ``Trainer.train_step`` + the
 weight sync into the rollout engine; a TRL step is one ``GRPOTrainer`` optimizer step
-(generation included).
+(generation included). Rows of a group whose rewards all tie have zero advantage and
+no gradient; trinity's trainer leaves them out of its forward and backward passes (the
+update is the same), TRL runs them: each step's line says how many there were.
 
 TRL runs with its fastest CPU settings for this job: bf16 mixed precision, no gradient
 checkpointing, beta 0 (no reference model), num_generations 8, per-device batch 16,
@@ -85,6 +87,8 @@ class TrinityGRPO:
         self.tasks = tasks
         self.step_count = 0
         self.phases: dict[str, list[float]] = {"rollout": [], "train": [], "sync": []}
+        # rows of each step whose group's rewards tied: no gradient, so not run by train
+        self.skipped: list[int] = []
 
     def _task_list(self) -> list[Any]:
         from trinity.types import Task
@@ -122,8 +126,9 @@ class TrinityGRPO:
         start = time.perf_counter()
         experiences = asyncio.run(self._rollout())
         rolled = time.perf_counter()
-        self.engine.run_in_worker(lambda: self.trainer.train_step(experiences))
+        metrics = self.engine.run_in_worker(lambda: self.trainer.train_step(experiences))
         trained = time.perf_counter()
+        self.skipped.append(int(metrics["actor/skipped_rows"]))
         self.engine.load_state_dict(self.trainer.weights_for_sync(), self.step_count + 1)
         end = time.perf_counter()
         self.phases["rollout"].append(rolled - start)
@@ -196,7 +201,8 @@ def _trinity_worker(conn: Any, model_dir: Path, tasks: list, total: int) -> None
     try:
         while conn.recv() == "step":
             seconds = system.step()
-            conn.send((seconds, {k: v[-1] for k, v in system.phases.items()}))
+            phases = {k: v[-1] for k, v in system.phases.items()}
+            conn.send((seconds, phases, system.skipped[-1]))
     finally:
         system.close()
 
@@ -259,6 +265,7 @@ def main() -> int:
     trl_times: list[float] = []
     trinity_times: list[float] = []
     phases: dict[str, list[float]] = {"rollout": [], "train": [], "sync": []}
+    skipped_rows: list[int] = []
     try:
         for conn, name in ((trinity_conn, "trinity"), (trl_conn, "trl")):
             if conn.recv() != "ready":
@@ -271,14 +278,16 @@ def main() -> int:
                 # it finish so trinity's last step does not share the cores with it
                 workers[1].join(timeout=300)
             trinity_conn.send("step")
-            seconds, step_phases = trinity_conn.recv()
+            seconds, step_phases, skipped = trinity_conn.recv()
             trinity_times.append(seconds)
+            skipped_rows.append(skipped)
             for key, value in step_phases.items():
                 phases[key].append(value)
             print(
                 f"step {step}: trl {trl_times[-1]:.2f} s, trinity {trinity_times[-1]:.2f} s "
                 f"(rollout {step_phases['rollout']:.2f}, train {step_phases['train']:.2f}, "
-                f"sync {step_phases['sync']:.2f})",
+                f"sync {step_phases['sync']:.2f}; {skipped} of {TASKS_PER_STEP * ROLLOUTS} rows "
+                "had tied rewards and no gradient)",
                 flush=True,
             )
         trinity_conn.send("stop")
@@ -291,6 +300,11 @@ def main() -> int:
                 worker.terminate()
     medians = {k: statistics.median(v[args.warmup :]) for k, v in phases.items()}
     print("trinity phases (median s): " + ", ".join(f"{k} {v:.2f}" for k, v in medians.items()))
+    timed = skipped_rows[args.warmup :]
+    print(
+        f"trinity rows without gradient (skipped by the trainer): {sum(timed)} of "
+        f"{len(timed) * TASKS_PER_STEP * ROLLOUTS} in the timed steps"
+    )
     trl_median = summary("trl", trl_times, args.warmup)
     trinity_median = summary("trinity", trinity_times, args.warmup)
     print(f"trinity/trl step-time ratio: {trinity_median / trl_median:.3f}")
