@@ -81,17 +81,17 @@ class MasterWeights:
         factor = 1.0
         if max_norm > 0:
             factor = min(1.0, max_norm / (norm + 1e-6))  # as torch.nn.utils.clip_grad_norm_
-        # the fused kernel divides the gradients by ``grad_scale`` itself (the interface
-        # of AMP's GradScaler): clipping costs no pass of its own
-        fused_scale = factor != 1.0 and bool(optimizer.defaults.get("fused"))
-        if fused_scale:
-            optimizer.grad_scale = torch.tensor(1.0 / factor)
         finite = torch.isfinite(torch.tensor(norm))
         if self.kernels is not None and _plain_adamw(optimizer):
             if finite:
                 self._fused_adamw(optimizer, factor)
             self.zero_grad()
             return norm
+        # the fused kernel divides the gradients by ``grad_scale`` itself (the interface
+        # of AMP's GradScaler): clipping costs no pass of its own
+        fused_scale = factor != 1.0 and bool(optimizer.defaults.get("fused"))
+        if fused_scale:
+            optimizer.grad_scale = torch.tensor(1.0 / factor)
         try:
             self._step_groups(optimizer, 1.0 if fused_scale else factor, finite)
         finally:
