@@ -47,7 +47,8 @@ FLAGS = [
     "-march=native",
     "-fopenmp",
     "-fno-math-errno",
-    "-fno-trapping-math", "-ffp-contract=off",
+    "-fno-trapping-math",
+    "-ffp-contract=off",
     "-fPIC",
     "-shared",
 ]
@@ -75,8 +76,8 @@ def enabled() -> bool:
 
 
 def load() -> Kernels | None:
-    """The compiled kernels, or None (disabled, not x86-64/aarch64 Linux, or no compiler;
-    the reason is logged once)."""
+    """The compiled kernels, or None (disabled, not Linux, or no working compiler; the
+    reason is logged once)."""
     if not enabled():
         return None
     with _lock:

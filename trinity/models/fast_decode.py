@@ -128,8 +128,6 @@ class LlamaDecoder:
         self.head_packed = self.head
         self.dtype = self.embed.dtype
         self.pack = pack and self.dtype == torch.bfloat16 and packing_supported()
-        # the fused norm / rotary / SiLU kernels of decode steps (bf16 only)
-        self.kernels = kernels.load() if self.dtype == torch.bfloat16 else None
         # the model's own rotary module, so the table equals what its forward computes
         positions = torch.arange(max_positions)[None]
         with torch.inference_mode():
@@ -138,6 +136,15 @@ class LlamaDecoder:
         self.cos = cos[0].clone()  # (max_positions, d)
         # rotate_half(x) * sin == roll(x, half) * sin with the first half of sin negated
         self.sin = torch.cat([-sin[0, :, :half], sin[0, :, half:]], dim=-1)
+        # the fused norm / rotary / SiLU kernels of decode steps: bf16 only, and only with
+        # the contiguous layouts they read through raw pointers
+        self.kernels = None
+        if (
+            self.dtype == torch.bfloat16
+            and all(t.is_contiguous() for t in (self.cos, self.sin, self.embed))
+            and all(w.is_contiguous() for layer in self.layers for w in layer.weights)
+        ):
+            self.kernels = kernels.load()
         self.refresh()
 
     @classmethod
@@ -295,13 +302,7 @@ class DecodeBatch:
         self.keys = torch.empty(shape, dtype=decoder.dtype)
         self.values = torch.empty(shape, dtype=decoder.dtype)
         self.positions = mask.sum(-1)  # (B,) position of the next token of each row
-        # the fused kernels write through raw pointers: only with the layouts they expect
-        self.fused = (
-            decoder.kernels is not None
-            and self.keys.dtype == torch.bfloat16
-            and all(t.is_contiguous() for t in (decoder.cos, decoder.sin, decoder.embed))
-            and all(w.is_contiguous() for layer in decoder.layers for w in layer.weights)
-        )
+        self.fused = decoder.kernels is not None
         # (B, capacity) additive: -inf at padding, 0 elsewhere; None: no padding. SDPA
         # would turn a bool mask into this form again in every layer.
         self.mask = None
