@@ -18,15 +18,22 @@ their attention implementation run small batches under SDPA's math backend inste
 
 Shared prompts: GRPO-style batches hold ``repeat_times`` rollouts of each prompt. When
 rows share their (padded) prompt, each distinct prompt runs through the model once, its
-KV cache is repeated for the rows that share it, and only the responses run per row;
-gradients flow back through the shared cache. For the demo (40-token prompts, 8 rollouts,
-32-token responses) that halves the tokens of the forward and backward passes.
+keys and values are repeated for the rows that share it, and only the responses run per
+row; gradients flow back through the shared keys and values. For the demo (40-token
+prompts, 8 rollouts, 32-token responses) that halves the tokens of the forward and
+backward passes. Under :func:`grouped_attention` the distinct prompts and the rows'
+responses run as one packed sequence, layer by layer (:func:`_packed_attention` splits
+it again for attention), so every weight takes part in one matmul forward and one in
+backward, with all the tokens; other attention implementations run the prompts first
+and the responses against their repeated KV cache.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 
 import torch
 from torch.autograd.function import once_differentiable
@@ -46,6 +53,10 @@ MATH_ATTENTION_MAX_SCORES = 1 << 26
 
 # the attention implementation the trainer's models run (see the module docstring)
 GROUPED_ATTENTION = "trinity_grouped"
+
+# whether the shared-prompt forward runs prompts and responses as one packed sequence
+# when the model's attention allows it (False: the prompt pass, then the responses)
+PACK_SHARED_PROMPTS = True
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +113,9 @@ def grouped_attention(
 
     batch, heads, queries, dim = query.shape
     kv_heads, length = key.shape[1], key.shape[2]
+    packed = _PACKED_PROMPTS.get()
+    if packed is not None and batch == 1 and queries == length == packed.tokens:
+        return _packed_attention(packed, query, key, value, scaling)
     layers = getattr(getattr(module, "config", None), "num_hidden_layers", 1)
     if (
         query.device.type != "cpu"
@@ -130,6 +144,78 @@ def grouped_attention(
         scale,
     )
     return out.view(batch, heads, queries, dim).transpose(1, 2), None
+
+
+@dataclass
+class _PackedPrompts:
+    """Where the distinct prompts and the rows' responses sit in one packed sequence:
+    ``prompts`` x ``prompt`` tokens, then ``rows`` x ``response`` tokens."""
+
+    prompts: int
+    prompt: int
+    rows: int
+    response: int
+    inverse: torch.Tensor  # (rows,) the prompt of each row
+    prompt_bias: torch.Tensor  # (prompts, 1, 1, prompt, prompt) fp32, causal and padding
+    response_bias: torch.Tensor  # (rows, 1, 1, response, prompt + response) fp32
+    calls: int = field(default=0)  # attention calls served, one per layer
+
+    @property
+    def tokens(self) -> int:
+        return self.prompts * self.prompt + self.rows * self.response
+
+
+# set while the decoder runs a packed shared-prompt sequence (_logits_with_shared_prompts)
+_PACKED_PROMPTS: ContextVar[_PackedPrompts | None] = ContextVar("packed_prompts", default=None)
+
+
+def _packed_attention(
+    packed: _PackedPrompts,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    scaling: float | None,
+) -> tuple[torch.Tensor, None]:
+    """Attention of a packed shared-prompt sequence: query (1, H, N, D), key and value
+    (1, KV, N, D) -> (1, N, H, D). Each prompt attends causally to itself; each row's
+    response attends to its prompt's keys and values (gathered per row, so their
+    gradients are summed over the rows) and causally to its own."""
+    heads, dim, kv_heads = query.shape[1], query.shape[3], key.shape[1]
+    group = heads // kv_heads
+    split = packed.prompts * packed.prompt
+    scale = dim**-0.5 if scaling is None else scaling
+
+    def unpack(t: torch.Tensor, rows: int, width: int) -> torch.Tensor:
+        # (1, X, rows * width, D) -> (rows, X, width, D)
+        return t[0].unflatten(1, (rows, width)).transpose(0, 1)
+
+    def attend(q, k, v, bias):
+        rows, _, width, _ = q.shape
+        out = _GroupedAttention.apply(
+            q.reshape(rows, kv_heads, group * width, dim), k, v, bias, scale
+        )
+        return out.view(rows, heads, width, dim).transpose(1, 2).reshape(rows * width, heads, dim)
+
+    q, k, v = (unpack(t[:, :, :split], packed.prompts, packed.prompt) for t in (query, key, value))
+    prompt_out = attend(q, k, v, packed.prompt_bias)
+    keys = torch.cat(
+        [
+            k.index_select(0, packed.inverse),
+            unpack(key[:, :, split:], packed.rows, packed.response),
+        ],
+        dim=2,
+    )
+    values = torch.cat(
+        [
+            v.index_select(0, packed.inverse),
+            unpack(value[:, :, split:], packed.rows, packed.response),
+        ],
+        dim=2,
+    )
+    q = unpack(query[:, :, split:], packed.rows, packed.response)
+    response_out = attend(q, keys, values, packed.response_bias)
+    packed.calls += 1
+    return torch.cat([prompt_out, response_out])[None], None
 
 
 def _additive_mask(
@@ -234,6 +320,8 @@ def _logits_with_shared_prompts(
     embeds = model.get_input_embeddings()(
         torch.cat([prompt_ids.reshape(-1), response_ids.reshape(-1)])
     )
+    if response > 1 and _packs_prompts(model, batch, first.numel()):
+        return lm_head(_packed_hidden(decoder, batch, first, inverse, embeds))
     cache = DynamicCache(config=model.config)
     hidden = decoder(
         inputs_embeds=embeds[: prompt_ids.numel()].view(*prompt_ids.shape, -1),
@@ -253,6 +341,90 @@ def _logits_with_shared_prompts(
         ).last_hidden_state
         hidden = torch.cat([hidden, rest], dim=1)
     return lm_head(hidden)
+
+
+def _packs_prompts(model: torch.nn.Module, batch: TrainBatch, prompts: int) -> bool:
+    """Whether the shared-prompt forward may run as one packed sequence: CPU, the
+    model's attention is :func:`grouped_attention` in every layer (no sliding windows)
+    and both halves' attention scores are small (as :func:`grouped_attention` requires)."""
+    config = model.config
+    if batch.input_ids.device.type != "cpu" or not PACK_SHARED_PROMPTS:
+        return False
+    if getattr(config, "_attn_implementation", None) != GROUPED_ATTENTION:
+        return False
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types is not None and any(kind != "full_attention" for kind in layer_types):
+        return False
+    if getattr(config, "sliding_window", None) is not None and getattr(
+        config, "use_sliding_window", True
+    ):
+        return False
+    prompt, response = batch.prompt_width, batch.response_width - 1
+    scores = prompts * prompt * prompt + batch.size * response * (prompt + response)
+    return scores * config.num_attention_heads * config.num_hidden_layers <= (
+        MATH_ATTENTION_MAX_SCORES
+    )
+
+
+def _packed_hidden(
+    decoder: torch.nn.Module,
+    batch: TrainBatch,
+    first: torch.Tensor,
+    inverse: torch.Tensor,
+    embeds: torch.Tensor,
+) -> torch.Tensor:
+    """(B, R, H) final hidden states predicting the response tokens, from one decoder
+    pass over the distinct prompts and the rows' responses (but the last) packed as one
+    sequence; :func:`_packed_attention` gives each part its attention."""
+    prompt, end = batch.prompt_width, batch.prompt_width + batch.response_width - 1
+    prompts, response = first.numel(), end - prompt
+    low = torch.finfo(torch.float32).min
+    columns = torch.arange(end)
+    # prompt query i sees prompt columns 0..i; response query i, at column prompt + i,
+    # sees its prompt and response columns up to its own; padding columns are never seen
+    prompt_allowed = columns[None, :prompt] <= columns[:prompt, None]
+    prompt_allowed = prompt_allowed & batch.attention_mask[first, None, :prompt].bool()
+    response_allowed = columns[None, :] <= columns[prompt:end, None]
+    response_allowed = response_allowed & batch.attention_mask[:, None, :end].bool()
+    packed = _PackedPrompts(
+        prompts=prompts,
+        prompt=prompt,
+        rows=batch.size,
+        response=response,
+        inverse=inverse,
+        prompt_bias=torch.zeros(prompt_allowed.shape).masked_fill_(~prompt_allowed, low)[
+            :, None, None
+        ],
+        response_bias=torch.zeros(response_allowed.shape).masked_fill_(~response_allowed, low)[
+            :, None, None
+        ],
+    )
+    positions = torch.cat(
+        [
+            batch.position_ids[first, :prompt].reshape(-1),
+            batch.position_ids[:, prompt:end].reshape(-1),
+        ]
+    )
+    token = _PACKED_PROMPTS.set(packed)
+    try:
+        # a 4-D mask is taken as is: the attention ignores it (it has the structure above)
+        hidden = decoder(
+            inputs_embeds=embeds[None],
+            attention_mask=torch.ones((1, 1, 1, 1), dtype=torch.bool),
+            position_ids=positions[None],
+            use_cache=False,
+        ).last_hidden_state[0]
+    finally:
+        _PACKED_PROMPTS.reset(token)
+    layers = decoder.config.num_hidden_layers
+    if packed.calls != layers:
+        raise RuntimeError(
+            f"packed shared-prompt forward: {packed.calls} of {layers} layers ran the packed "
+            "attention; the model has a layer this path does not support"
+        )
+    split = prompts * prompt
+    last = hidden[:split].view(prompts, prompt, -1)[:, -1].index_select(0, inverse)
+    return torch.cat([last[:, None], hidden[split:].view(batch.size, response, -1)], dim=1)
 
 
 def _plain_lm_head(model: torch.nn.Module) -> bool:

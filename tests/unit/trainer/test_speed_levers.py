@@ -29,6 +29,7 @@ from trinity.algorithm.utils import (
 )
 from trinity.models.engine import TransformersEngine
 from trinity.models.wrapper import ModelWrapper
+from trinity.trainer import actor
 from trinity.trainer.actor import (
     GROUPED_ATTENTION,
     MATH_ATTENTION_MAX_SCORES,
@@ -280,12 +281,23 @@ def _value_and_grads(trainer: Trainer, batch, forward) -> tuple[torch.Tensor, di
     return logprobs.detach(), grads
 
 
-def test_shared_prompts_match_the_full_forward(trainer: Trainer) -> None:
+@pytest.mark.parametrize("packed", [True, False])
+def test_shared_prompts_match_the_full_forward(
+    trainer: Trainer, packed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # packed: prompts and responses in one sequence; else the prompt pass, then responses
+    monkeypatch.setattr(actor, "PACK_SHARED_PROMPTS", packed)
+    calls = []
+    packed_hidden = actor._packed_hidden
+    monkeypatch.setattr(
+        actor, "_packed_hidden", lambda *args: calls.append(1) or packed_hidden(*args)
+    )
     batch = collate(grouped_rollouts(), trainer.pad_token_id)
     first, inverse = shared_prompt_rows(batch)
     assert first.tolist() == [0, 4, 8]
     assert inverse.tolist() == [0] * 4 + [1] * 4 + [2] * 4
     shared, shared_grads = _value_and_grads(trainer, batch, response_logits)
+    assert len(calls) == packed
     full, full_grads = _value_and_grads(trainer, batch, _full_forward_logits)
     mask = batch.action_mask.bool()
     torch.testing.assert_close(shared[mask], full[mask], atol=1e-5, rtol=1e-5)
