@@ -13,7 +13,10 @@ The kernels here do each of those in one pass:
   logits in two read-only passes per position, and its backward pass in one
   (:mod:`trinity.algorithm.utils`);
 - :func:`adamw_step` AdamW on an fp32 master from a bf16 (or fp32) gradient, writing the
-  rounded bf16 parameter too (:mod:`trinity.trainer.precision`).
+  rounded bf16 parameter too (:mod:`trinity.trainer.precision`);
+- :func:`swiglu_forward` / :func:`swiglu_backward` and :func:`rms_norm_forward` /
+  :func:`rms_norm_backward`: the MLP product and the RMS norm of Llama-family models in
+  training, one pass each way (:mod:`trinity.trainer.fused_layers`).
 
 The library is built with the system C compiler (``cc``, or ``$CC``) for this CPU
 (``-march=native``) into ``~/.cache/trinity/kernels`` (``$TRINITY_KERNEL_CACHE``), named
@@ -64,6 +67,10 @@ _SIGNATURES = {
     "adamw_step": [_P, _P, _P, _P, _P, _P, _I, _F, _F, _F, _F, _F, _F, _F],
     "logprob_rows": [_P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _F],
     "logprob_rows_backward": [_P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _F],
+    "swiglu_forward": [_P, _P, _P, _I],
+    "swiglu_backward": [_P, _P, _P, _P, _P, _I],
+    "rms_norm_forward": [_P, _P, _P, _P, _I, _I, _F],
+    "rms_norm_backward": [_P, _P, _P, _P, _P, _P, _I, _I],
 }
 
 
@@ -272,6 +279,61 @@ class Kernels:
             (1.0 - beta2**step) ** 0.5,
             grad_scale,
         )
+
+    def swiglu_forward(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        """silu(gate) * up, bf16, same shapes."""
+        _check(gate, torch.bfloat16, "gate")
+        _check(up, torch.bfloat16, "up")
+        assert gate.shape == up.shape
+        out = torch.empty_like(gate)
+        self.lib.swiglu_forward(_ptr(gate), _ptr(up), _ptr(out), gate.numel())
+        return out
+
+    def swiglu_backward(
+        self, grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(grad_gate, grad_up) of :meth:`swiglu_forward` for the output gradient ``grad``."""
+        for t, name in ((grad, "grad"), (gate, "gate"), (up, "up")):
+            _check(t, torch.bfloat16, name)
+        assert grad.shape == gate.shape == up.shape
+        grad_gate, grad_up = torch.empty_like(gate), torch.empty_like(up)
+        self.lib.swiglu_backward(
+            _ptr(grad), _ptr(gate), _ptr(up), _ptr(grad_gate), _ptr(grad_up), gate.numel()
+        )
+        return grad_gate, grad_up
+
+    def rms_norm_forward(
+        self, x: torch.Tensor, weight: torch.Tensor, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(y, rstd): y = weight * bf16(x / sqrt(mean(x^2) + eps)) over the last dim of
+        ``x`` (bf16), rstd the float32 1 / sqrt(...) of each row."""
+        _check(x, torch.bfloat16, "x")
+        _check(weight, torch.bfloat16, "weight")
+        dim = x.shape[-1]
+        assert weight.shape == (dim,)
+        rows = x.numel() // dim
+        y = torch.empty_like(x)
+        rstd = torch.empty(x.shape[:-1], dtype=torch.float32)
+        self.lib.rms_norm_forward(_ptr(x), _ptr(weight), _ptr(y), _ptr(rstd), rows, dim, eps)
+        return y, rstd
+
+    def rms_norm_backward(
+        self, grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(grad_x bf16, grad_weight float32) of :meth:`rms_norm_forward`."""
+        for t, name in ((grad, "grad"), (x, "x"), (weight, "weight")):
+            _check(t, torch.bfloat16, name)
+        _check(rstd, torch.float32, "rstd")
+        dim = x.shape[-1]
+        assert grad.shape == x.shape and weight.shape == (dim,)
+        assert rstd.numel() * dim == x.numel()
+        grad_x = torch.empty_like(x)
+        grad_w = torch.empty(dim, dtype=torch.float32)
+        self.lib.rms_norm_backward(
+            _ptr(grad), _ptr(x), _ptr(weight), _ptr(rstd), _ptr(grad_x), _ptr(grad_w),
+            rstd.numel(), dim,
+        )  # fmt: skip
+        return grad_x, grad_w
 
     def logprob_rows(
         self, logits: torch.Tensor, labels: torch.Tensor, temperature: float, entropy: bool

@@ -36,6 +36,7 @@ from trinity.trainer import distributed, lora
 from trinity.trainer.actor import forward_logprobs, use_grouped_attention
 from trinity.trainer.batch import TrainBatch, collate
 from trinity.trainer.critic import Critic, enable_checkpointing
+from trinity.trainer.fused_layers import fuse_layers
 from trinity.trainer.optim import build_optimizer
 from trinity.trainer.precision import MasterWeights
 from trinity.types import Experience
@@ -141,6 +142,7 @@ class Trainer:
         self.model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32)
         self.model.train()
         use_grouped_attention(self.model)  # bf16 matmuls, grouped K/V: trainer/actor.py
+        fuse_layers(self.model)  # bf16 RMS norm and SwiGLU in one pass: trainer/fused_layers.py
         if tc.actor_rollout_ref.model.enable_gradient_checkpointing:
             enable_checkpointing(self.model)
             self.model.config.use_cache = False
@@ -173,6 +175,7 @@ class Trainer:
             ).eval()
             self.ref_model.requires_grad_(False)
             use_grouped_attention(self.ref_model)  # the actor's attention
+            fuse_layers(self.ref_model)  # and its fused layers
             if tc.actor_rollout_ref.model.enable_gradient_checkpointing:
                 # no effect in eval mode, but the actor's forward then picks the same
                 # attention kernel for both models (trinity/trainer/actor.py)

@@ -197,3 +197,39 @@ def test_logprobs_and_entropy_equal_the_chunked_pytorch_path(temperature: float)
     # bf16 gradients: equal up to a rounding of either
     torch.testing.assert_close(grad.float(), grad_ref.float(), atol=1e-8, rtol=2**-7)
     assert not grad[:, -1].any()  # the position no label reads
+
+
+@pytest.mark.parametrize("rows, dim", [(1, 64), (5, 96), (300, 576)])
+def test_rms_norm_forward_is_the_llama_norm_and_its_backward_autograds(rows: int, dim: int) -> None:
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    norm = LlamaRMSNorm(dim, eps=1e-5).to(torch.bfloat16)
+    with torch.no_grad():
+        norm.weight.copy_(bf16(dim, seed=4).abs() + 0.5)
+    x, grad = bf16(rows, dim, seed=5, scale=3.0), bf16(rows, dim, seed=6)
+    y, rstd = K.rms_norm_forward(x, norm.weight.detach(), 1e-5)
+    assert torch.equal(y, norm(x))  # bit for bit, both roundings included
+    torch.testing.assert_close(rstd, x.float().pow(2).mean(-1).add(1e-5).rsqrt())
+    # backward: against float32 autograd of the same function
+    x32 = x.float().requires_grad_()
+    w32 = norm.weight.detach().float().requires_grad_()
+    (w32 * x32 * x32.pow(2).mean(-1, keepdim=True).add(1e-5).rsqrt()).backward(grad.float())
+    grad_x, grad_w = K.rms_norm_backward(grad, x, norm.weight.detach(), rstd)
+    assert grad_x.dtype == torch.bfloat16 and grad_w.dtype == torch.float32
+    for ours, true in ((grad_x.float(), x32.grad), (grad_w, w32.grad)):
+        assert (ours - true).norm() / true.norm() < 1e-2
+
+
+def test_swiglu_kernels_equal_silu_times_up_and_its_autograd() -> None:
+    gate, up, grad = bf16(7, 300, seed=7, scale=4.0), bf16(7, 300, seed=8), bf16(7, 300, seed=9)
+    out = K.swiglu_forward(gate, up)
+    expected = F.silu(gate) * up
+    # exp to ~2 ulp of float32: at most a rare last-bit difference after rounding to bf16
+    assert (out != expected).float().mean() < 0.01
+    torch.testing.assert_close(out, expected, atol=1e-2, rtol=1e-2)
+    g32, u32 = gate.float().requires_grad_(), up.float().requires_grad_()
+    (F.silu(g32) * u32).backward(grad.float())
+    grad_gate, grad_up = K.swiglu_backward(grad, gate, up)
+    for ours, true in ((grad_gate, g32.grad), (grad_up, u32.grad)):
+        assert ours.dtype == torch.bfloat16
+        assert (ours.float() - true).norm() / true.norm() < 1e-2

@@ -1,0 +1,110 @@
+"""The trainer's fused RMS norm and SwiGLU (trainer/fused_layers.py) against transformers'
+own modules: the same bf16 forward, gradients as close to float32 as the bf16 ops' own,
+and the modules' arithmetic unchanged wherever the kernels do not apply."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from trinity import kernels
+from trinity.trainer import fused_layers
+from trinity.trainer.fused_layers import fuse_layers
+
+pytestmark = pytest.mark.skipif(kernels.load() is None, reason="no C compiler: no kernels")
+
+
+def _model(dtype: torch.dtype) -> LlamaForCausalLM:
+    config = LlamaConfig(
+        vocab_size=300,
+        hidden_size=96,
+        intermediate_size=160,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        initializer_range=0.2,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():  # norm weights other than ones, so their scaling is tested
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.uniform_(0.5, 1.5)
+    return model.to(dtype)
+
+
+def _loss_and_grads(model: torch.nn.Module, ids: torch.Tensor, weights: torch.Tensor):
+    model.zero_grad(set_to_none=True)
+    logits = model(input_ids=ids).logits
+    (logits.float() * weights).sum().backward()
+    grads = {n: p.grad.float().clone() for n, p in model.named_parameters()}
+    return logits.detach().float(), grads
+
+
+def _inputs():
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, 300, (3, 17), generator=gen)
+    return ids, torch.randn(3, 17, 300, generator=gen)
+
+
+def test_fused_modules_give_the_bf16_forward_and_gradients_within_its_rounding() -> None:
+    plain = _model(torch.bfloat16)
+    fused = copy.deepcopy(plain)
+    # 2 layers x (2 norms + 1 MLP) + the final norm
+    assert fuse_layers(fused) == 7
+    reference = copy.deepcopy(plain).float()  # the same bf16 weights, float32 arithmetic
+    ids, weights = _inputs()
+    plain_logits, plain_grads = _loss_and_grads(plain, ids, weights)
+    fused_logits, fused_grads = _loss_and_grads(fused, ids, weights)
+    true_logits, true_grads = _loss_and_grads(reference, ids, weights)
+    # the forward rounds as the bf16 ops do
+    assert (fused_logits - plain_logits).abs().max() <= 0.02 * plain_logits.abs().max()
+    torch.testing.assert_close(fused_logits, plain_logits, atol=0.05, rtol=0.02)
+    assert fused_grads.keys() == plain_grads.keys()
+    for name, true in true_grads.items():
+        plain_error = (plain_grads[name] - true).norm() / true.norm()
+        fused_error = (fused_grads[name] - true).norm() / true.norm()
+        assert true.norm() > 0 and fused_grads[name].norm() > 0, name
+        # no further from float32 than the bf16 ops themselves (plus a little slack)
+        assert fused_error <= 1.5 * plain_error + 2e-3, (
+            name,
+            float(fused_error),
+            float(plain_error),
+        )
+
+
+def test_fused_forward_is_the_modules_own_outside_bf16() -> None:
+    plain = _model(torch.float32)
+    fused = copy.deepcopy(plain)
+    assert fuse_layers(fused) == 7
+    ids, weights = _inputs()
+    plain_logits, plain_grads = _loss_and_grads(plain, ids, weights)
+    fused_logits, fused_grads = _loss_and_grads(fused, ids, weights)
+    assert torch.equal(fused_logits, plain_logits)
+    for name, grad in plain_grads.items():
+        assert torch.equal(fused_grads[name], grad), name
+
+
+def test_fused_modules_survive_a_deepcopy_and_a_state_dict_round_trip() -> None:
+    fused = _model(torch.bfloat16)
+    fuse_layers(fused)
+    twin = copy.deepcopy(fused)
+    norm = twin.model.layers[0].input_layernorm
+    assert norm.forward.__self__ is norm  # bound to the copy, not to the original
+    with torch.no_grad():
+        norm.weight.mul_(2)
+    ids, _ = _inputs()
+    with torch.no_grad():
+        assert not torch.equal(twin(input_ids=ids).logits, fused(input_ids=ids).logits)
+        twin.load_state_dict(fused.state_dict())
+        assert torch.equal(twin(input_ids=ids).logits, fused(input_ids=ids).logits)
+
+
+def test_without_kernels_nothing_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fused_layers.kernels, "load", lambda: None)
+    model = _model(torch.bfloat16)
+    assert fuse_layers(model) == 0
+    assert all("forward" not in vars(module) for module in model.modules())
