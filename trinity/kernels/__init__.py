@@ -16,7 +16,10 @@ The kernels here do each of those in one pass:
   rounded bf16 parameter too (:mod:`trinity.trainer.precision`);
 - :func:`swiglu_forward` / :func:`swiglu_backward` and :func:`rms_norm_forward` /
   :func:`rms_norm_backward`: the MLP product and the RMS norm of Llama-family models in
-  training, one pass each way (:mod:`trinity.trainer.fused_layers`).
+  training, one pass each way (:mod:`trinity.trainer.fused_layers`);
+- :func:`amx_linear` decode-sized bf16 linear layers on Intel AMX, from weights
+  prepacked by :func:`amx_pack` (:mod:`trinity.models.fast_decode`; CPUs without AMX
+  keep oneDNN's matmul).
 
 The library is built with the system C compiler (``cc``, or ``$CC``) for this CPU
 (``-march=native``) into ``~/.cache/trinity/kernels`` (``$TRINITY_KERNEL_CACHE``), named
@@ -71,6 +74,7 @@ _SIGNATURES = {
     "swiglu_backward": [_P, _P, _P, _P, _P, _I],
     "rms_norm_forward": [_P, _P, _P, _P, _I, _I, _F],
     "rms_norm_backward": [_P, _P, _P, _P, _P, _P, _I, _I],
+    "amx_linear": [_P, _P, _P, _I, _I, _I, ctypes.c_int],
 }
 
 
@@ -168,6 +172,48 @@ class Kernels:
         for name, argtypes in _SIGNATURES.items():
             fn = getattr(lib, name)
             fn.argtypes, fn.restype = argtypes, None
+        lib.amx_available.argtypes, lib.amx_available.restype = [], ctypes.c_int
+        # built for AMX and the kernel grants this process the tile state
+        self.amx = bool(lib.amx_available())
+
+    @staticmethod
+    def amx_fits(weight: torch.Tensor) -> bool:
+        """Whether :meth:`amx_linear` takes this (N, K) weight: bf16, N a multiple of 16
+        and K of 32."""
+        return (
+            weight.dtype == torch.bfloat16
+            and weight.dim() == 2
+            and weight.shape[0] % 16 == 0
+            and weight.shape[1] % 32 == 0
+        )
+
+    @staticmethod
+    def amx_pack(weight: torch.Tensor) -> torch.Tensor:
+        """(N, K) bf16 -> the tile layout :meth:`amx_linear` reads: (N/16, K/32, 16, 16, 2),
+        element [n, s, r, c, j] = weight[16 n + c, 32 s + 2 r + j]."""
+        if not Kernels.amx_fits(weight):
+            raise ValueError(
+                f"amx_pack: need (16 a, 32 b) bf16, got {weight.dtype} {tuple(weight.shape)}"
+            )
+        n, k = weight.shape
+        blocks = weight.detach().view(n // 16, 16, k // 32, 16, 2)
+        return blocks.permute(0, 2, 3, 1, 4).contiguous()
+
+    def amx_linear(
+        self, x: torch.Tensor, packed: torch.Tensor, out_f32: bool = False
+    ) -> torch.Tensor:
+        """x (M, K) bf16 @ W^T with W packed by :meth:`amx_pack` -> (M, N) bf16, or its
+        values widened to float32 with ``out_f32``. Needs :attr:`amx`."""
+        if not self.amx:
+            raise RuntimeError("amx_linear: this CPU or kernel offers no AMX tiles")
+        _check(x, torch.bfloat16, "x")
+        _check(packed, torch.bfloat16, "packed")
+        rows, k = x.shape
+        n = packed.shape[0] * 16
+        assert packed.shape[1:] == (k // 32, 16, 16, 2) and k % 32 == 0
+        out = torch.empty((rows, n), dtype=torch.float32 if out_f32 else torch.bfloat16)
+        self.lib.amx_linear(_ptr(x), _ptr(packed), _ptr(out), rows, n, k, int(out_f32))
+        return out
 
     def add_rms_norm(
         self,

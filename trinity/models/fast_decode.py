@@ -6,7 +6,8 @@ rotary tables are recomputed per layer, q / k / v and gate / up run as separate
 matmuls, and each module adds Python and tensor allocations. :class:`LlamaDecoder` runs
 the same arithmetic with
 
-- fused q|k|v and gate|up weights, packed once for oneDNN
+- fused q|k|v and gate|up weights, packed once for the tile unit (Intel AMX, the
+  :func:`trinity.kernels.Kernels.amx_linear` kernel) or else for oneDNN
   (:mod:`trinity.models.cpu_linear`) when the dtype allows;
 - a KV cache preallocated per decode batch, written in place one column per step;
 - cos / sin looked up once per step from a table covering ``max_model_len``;
@@ -145,7 +146,18 @@ class LlamaDecoder:
             and all(w.is_contiguous() for layer in self.layers for w in layer.weights)
         ):
             self.kernels = kernels.load()
+        # decode-sized matmuls on AMX tiles when the CPU has them and every weight's shape
+        # fits the kernel's tiles; else oneDNN's packed (or plain) matmul
+        self.amx = (
+            pack
+            and self.kernels is not None
+            and self.kernels.amx
+            and all(self.kernels.amx_fits(w) for w in (self.head, *self._weights()))
+        )
         self.refresh()
+
+    def _weights(self) -> list[torch.Tensor]:
+        return [w for layer in self.layers for w in layer.weights]
 
     @classmethod
     def for_model(
@@ -164,17 +176,29 @@ class LlamaDecoder:
     @torch.no_grad()
     def refresh(self) -> None:
         """Repack the weights after they changed in place (a weight sync)."""
-        if not self.pack:
+        if self.amx:
+            pack = self.kernels.amx_pack  # type: ignore[union-attr]
+        elif self.pack:
+            pack = pack_weight
+        else:
             return
-        self.head_packed = pack_weight(self.head)
+        self.head_packed = pack(self.head)
         for layer in self.layers:
-            layer.packed = [pack_weight(w) for w in layer.weights]
+            layer.packed = [pack(w) for w in layer.weights]
 
-    def linear(self, x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
-        """(N, in) -> (N, out): the packed weight for decode-sized inputs."""
-        if self.pack and x.size(0) <= PLAIN_ABOVE_ROWS:
-            return packed_linear(x, packed)
-        return F.linear(x, weight)
+    def linear(
+        self, x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor, out_f32: bool = False
+    ) -> torch.Tensor:
+        """(N, in) -> (N, out): the packed weight for decode-sized inputs; ``out_f32``
+        widens the bf16-rounded result to float32."""
+        if x.size(0) <= PLAIN_ABOVE_ROWS:
+            if self.amx:
+                return self.kernels.amx_linear(x.contiguous(), packed, out_f32)  # type: ignore[union-attr]
+            if self.pack:
+                out = packed_linear(x, packed)
+                return out.float() if out_f32 else out
+        out = F.linear(x, weight)
+        return out.float() if out_f32 else out
 
     def forward(
         self, tokens: torch.Tensor, positions: torch.Tensor, attend: Attend
@@ -268,7 +292,7 @@ class LlamaDecoder:
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(N, H) final hidden states -> (N, V) float32 logits."""
-        return self.linear(hidden, self.head, self.head_packed).float()
+        return self.linear(hidden, self.head, self.head_packed, out_f32=True)
 
     def start(
         self, input_ids: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor, new_tokens: int

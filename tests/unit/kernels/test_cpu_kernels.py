@@ -233,3 +233,28 @@ def test_swiglu_kernels_equal_silu_times_up_and_its_autograd() -> None:
     for ours, true in ((grad_gate, g32.grad), (grad_up, u32.grad)):
         assert ours.dtype == torch.bfloat16
         assert (ours.float() - true).norm() / true.norm() < 1e-2
+
+
+@pytest.mark.skipif(K is None or not K.amx, reason="no AMX tiles on this CPU")
+@pytest.mark.parametrize("rows", [1, 7, 16, 17, 32, 45])
+@pytest.mark.parametrize("out_features, in_features", [(48, 64), (960, 576), (576, 1536)])
+def test_amx_linear_equals_the_bf16_matmul(rows: int, out_features: int, in_features: int) -> None:
+    x = bf16(rows, in_features, seed=10)
+    weight = bf16(out_features, in_features, seed=11)
+    packed = K.amx_pack(weight)
+    assert packed.shape == (out_features // 16, in_features // 32, 16, 16, 2)
+    assert packed[1, 0, 3, 5].tolist() == weight[16 + 5, 6:8].tolist()
+    out, wide = K.amx_linear(x, packed), K.amx_linear(x, packed, out_f32=True)
+    expected = F.linear(x, weight)
+    assert torch.equal(wide, out.float())
+    if rows <= 32:  # one row block: float32 sums rounded once, as oneDNN's
+        assert torch.equal(out, expected)
+    else:  # oneDNN blocks larger products differently: sums differ in their last bits
+        scale = float(expected.abs().max())
+        torch.testing.assert_close(out, expected, atol=1e-3 * scale, rtol=2**-7)
+
+
+def test_amx_pack_names_the_shapes_it_needs() -> None:
+    assert K is not None
+    with pytest.raises(ValueError, match=r"16 a, 32 b"):
+        K.amx_pack(bf16(40, 64))

@@ -197,3 +197,20 @@ def test_dropped_rows_leave_the_others_unchanged(pair, kept):
         alone.step(steps[0, kept])
         want = alone.step(steps[1, kept])
     torch.testing.assert_close(got, want, atol=TOLERANCE[dtype], rtol=0)
+
+
+def test_amx_matmuls_give_the_onednn_tokens_and_logprobs(tiny_model_dir):
+    from trinity import kernels
+
+    lib = kernels.load()
+    if lib is None or not lib.amx:
+        pytest.skip("no AMX tiles on this CPU (or no kernels): the oneDNN path runs")
+    with TransformersEngine(str(tiny_model_dir), dtype="bfloat16", max_model_len=96) as engine:
+        decoder = engine._fast
+        assert decoder.amx  # every weight of the tiny model fits the tiles
+        params = SamplingParams(n=3, max_tokens=12, temperature=1.0, seed=5, ignore_eos=True)
+        with_amx = engine.generate(PROMPTS, params)
+        engine.run_in_worker(lambda: setattr(decoder, "amx", False) or decoder.refresh())
+        with_onednn = engine.generate(PROMPTS, params)
+    # the same float32 sums rounded once: the same bits, so the same samples
+    assert_same(with_amx, with_onednn, 0.0)
