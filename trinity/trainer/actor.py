@@ -115,6 +115,14 @@ def grouped_attention(
     kv_heads, length = key.shape[1], key.shape[2]
     packed = _PACKED_PROMPTS.get()
     if packed is not None and batch == 1 and queries == length == packed.tokens:
+        if dropout or any(kwargs.get(k) is not None for k in ("softcap", "s_aux", "position_bias")):
+            raise RuntimeError(
+                "packed shared-prompt attention supports no dropout, soft-capping, sinks or "
+                "position bias; _packs_prompts should have chosen the two-pass forward"
+            )
+        # under autocast a LoRA-adapted projection can come out in another dtype than the
+        # query's: the matmuls run in the query's dtype, as when all three agree
+        key, value = key.to(query.dtype), value.to(query.dtype)
         return _packed_attention(packed, query, key, value, scaling)
     layers = getattr(getattr(module, "config", None), "num_hidden_layers", 1)
     if (
@@ -358,6 +366,10 @@ def _packs_prompts(model: torch.nn.Module, batch: TrainBatch, prompts: int) -> b
     if getattr(config, "sliding_window", None) is not None and getattr(
         config, "use_sliding_window", True
     ):
+        return False
+    if (model.training and getattr(config, "attention_dropout", 0.0)) or getattr(
+        config, "attn_logit_softcapping", None
+    ) is not None:
         return False
     prompt, response = batch.prompt_width, batch.response_width - 1
     scores = prompts * prompt * prompt + batch.size * response * (prompt + response)

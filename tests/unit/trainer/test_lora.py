@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from trainer_testing import make_config, rollouts
+from trainer_testing import grouped_rollouts, make_config, rollouts
 
 from trinity.config import ConfigError
 from trinity.models.engine import TransformersEngine
@@ -16,7 +16,11 @@ from trinity.trainer import lora
 from trinity.trainer.convert import convert
 from trinity.trainer.trainer import Trainer
 
-LORA = {"lora_configs": [{"lora_rank": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj", "down_proj"]}]}
+LORA = {
+    "lora_configs": [
+        {"lora_rank": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj", "down_proj"]}
+    ]
+}
 SEQS = [[5, 17, 300, 42, 9, 77, 12], [8, 1, 2, 3]]
 PROMPTS = [3, 2]
 
@@ -69,7 +73,9 @@ def test_lora_trains_syncs_checkpoints_and_converts(tiny_model_dir: Path, tmp_pa
     engine = TransformersEngine(str(tiny_model_dir), dtype="float32")
     try:
         assert _close(_engine_logprobs(engine), initial)
-        applier = lora.AdapterApplier(engine.model.state_dict(), lora.config_scaling(cfg.model.lora_configs[0]))
+        applier = lora.AdapterApplier(
+            engine.model.state_dict(), lora.config_scaling(cfg.model.lora_configs[0])
+        )
         engine.load_state_dict(applier.full_state_dict(adapter), version=2)
         synced = _engine_logprobs(engine)
         assert engine.model_version == 2
@@ -132,3 +138,35 @@ def test_lora_config_errors(tiny_model_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(lora.LoRAError, match="adapter_config.json"):
         Trainer(cfg, model_dir=tiny_model_dir, total_steps=1)
     assert ckpt.read_latest(tmp_path) is None
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_lora_under_bf16_autocast_runs_shared_prompts(
+    tiny_model_dir: Path, tmp_path: Path, packed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # fp32 weights under bf16 autocast: the adapted projections' outputs need not share
+    # the query's dtype; the packed and two-pass shared-prompt forwards both handle it
+    from trinity.trainer import actor
+    from trinity.trainer.batch import collate
+
+    monkeypatch.setattr(actor, "PACK_SHARED_PROMPTS", packed)
+    cfg = make_config(
+        tiny_model_dir, tmp_path, model={"lora_configs": LORA["lora_configs"], "dtype": "bfloat16"}
+    )
+    trainer = Trainer(cfg, model_dir=tiny_model_dir, total_steps=2)
+    assert trainer.autocast_dtype == torch.bfloat16
+    batch = collate(grouped_rollouts(), trainer.pad_token_id)
+    assert actor.shared_prompt_rows(batch) is not None
+    logprobs, _ = actor.forward_logprobs(trainer.model, batch, compute_dtype=torch.bfloat16)
+    full = trainer.model(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids,
+    ).logits  # fp32 weights, no autocast: the float32 answer
+    labels = batch.input_ids[:, batch.prompt_width :]
+    expected = full[:, batch.prompt_width - 1 : -1].float().log_softmax(-1)
+    expected = expected.gather(-1, labels[..., None]).squeeze(-1)
+    mask = batch.action_mask.bool()
+    torch.testing.assert_close(logprobs[mask].detach(), expected[mask].detach(), atol=0.1, rtol=0)
+    metrics = trainer.train_step(grouped_rollouts())
+    assert metrics["actor/grad_norm"] > 0

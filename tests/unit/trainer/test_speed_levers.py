@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from trainer_testing import make_config, rollouts
+from trainer_testing import grouped_rollouts, make_config, rollouts
 
 from trinity.algorithm.utils import (
     entropy_from_logits,
@@ -236,27 +236,6 @@ def test_no_kl_means_no_reference_model(tiny_model_dir: Path, tmp_path: Path) ->
     cfg = make_config(tiny_model_dir, tmp_path, "grpo", algorithm={"kl_loss_fn": "none"})
     assert cfg.algorithm.use_reference is False
     assert Trainer(cfg, model_dir=tiny_model_dir, total_steps=1).ref_model is None
-
-
-def grouped_rollouts(groups: int = 3, per_group: int = 4) -> list[Experience]:
-    """Rollouts of ``groups`` prompts (3, 5, 7 tokens), ``per_group`` each, responses of
-    1 to 6 tokens: the rows of a group share their prompt tokens exactly."""
-    gen = torch.Generator().manual_seed(1)
-    out = []
-    for task in range(groups):
-        prompt = torch.randint(0, 1000, (3 + 2 * task,), generator=gen)
-        for run in range(per_group):
-            response = torch.randint(0, 1000, (1 + (task + 2 * run) % 6,), generator=gen)
-            out.append(
-                Experience(
-                    tokens=torch.cat([prompt, response]),
-                    prompt_length=prompt.numel(),
-                    logprobs=-torch.rand(response.numel(), generator=gen),
-                    reward=float(run % 2),
-                    eid=EID(batch=0, task=task, run=run),
-                )
-            )
-    return out
 
 
 def _full_forward_logits(model: torch.nn.Module, batch) -> torch.Tensor:

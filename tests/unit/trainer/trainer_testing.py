@@ -100,6 +100,27 @@ def rollouts(n: int = 8, group_size: int = 4, seed: int = 0, vocab: int = 1000) 
     return out
 
 
+def grouped_rollouts(groups: int = 3, per_group: int = 4) -> list[Experience]:
+    """Rollouts of ``groups`` prompts (3, 5, 7 tokens), ``per_group`` each, responses of
+    1 to 6 tokens: the rows of a group share their prompt tokens exactly."""
+    gen = torch.Generator().manual_seed(1)
+    out = []
+    for task in range(groups):
+        prompt = torch.randint(0, 1000, (3 + 2 * task,), generator=gen)
+        for run in range(per_group):
+            response = torch.randint(0, 1000, (1 + (task + 2 * run) % 6,), generator=gen)
+            out.append(
+                Experience(
+                    tokens=torch.cat([prompt, response]),
+                    prompt_length=prompt.numel(),
+                    logprobs=-torch.rand(response.numel(), generator=gen),
+                    reward=float(run % 2),
+                    eid=EID(batch=0, task=task, run=run),
+                )
+            )
+    return out
+
+
 def parameters(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
