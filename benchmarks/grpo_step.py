@@ -11,7 +11,9 @@ engine, model wrapper and workflow, in this process) + ``Trainer.train_step`` + 
 weight sync into the rollout engine; a TRL step is one ``GRPOTrainer`` optimizer step
 (generation included). Rows of a group whose rewards all tie have zero advantage and
 no gradient; trinity's trainer leaves them out of its forward and backward passes (the
-update is the same), TRL runs them: each step's line says how many there were.
+update is the same), TRL runs them: each step's line says how many there were. With
+``--train-every-row`` trinity's trainer runs them too, so both systems do the same
+forward and backward work whatever the rewards.
 
 TRL runs with its fastest CPU settings for this job: bf16 mixed precision, no gradient
 checkpointing, beta 0 (no reference model), num_generations 8, per-device batch 16,
@@ -60,7 +62,13 @@ def reward(response: str, truth: object) -> float:
 class TrinityGRPO:
     """The explorer's rollout path and the trainer, in this process."""
 
-    def __init__(self, model_dir: Path, tasks: list[dict[str, str]], total_steps: int) -> None:
+    def __init__(
+        self,
+        model_dir: Path,
+        tasks: list[dict[str, str]],
+        total_steps: int,
+        train_every_row: bool = False,
+    ) -> None:
         from trinity.models.engine import TransformersEngine
         from trinity.models.wrapper import ModelWrapper
         from trinity.trainer.trainer import Trainer
@@ -84,11 +92,15 @@ class TrinityGRPO:
         self.trainer = self.engine.run_in_worker(
             lambda: Trainer(self.config, model_dir=model_dir, total_steps=total_steps)
         )
+        if train_every_row:  # no row is left out, tied rewards or not
+            self.trainer.rows_with_gradient = lambda batch: None
         self.tasks = tasks
         self.step_count = 0
         self.phases: dict[str, list[float]] = {"rollout": [], "train": [], "sync": []}
-        # rows of each step whose group's rewards tied: no gradient, so not run by train
+        # rows the trainer left out of each step (actor/skipped_rows)
         self.skipped: list[int] = []
+        # rows whose group's rewards all tie (zero advantage, no gradient)
+        self.tied: list[int] = []
 
     def _task_list(self) -> list[Any]:
         from trinity.types import Task
@@ -129,6 +141,10 @@ class TrinityGRPO:
         metrics = self.engine.run_in_worker(lambda: self.trainer.train_step(experiences))
         trained = time.perf_counter()
         self.skipped.append(int(metrics["actor/skipped_rows"]))
+        groups: dict[int, set[float]] = {}
+        for exp in experiences:
+            groups.setdefault(exp.eid.task, set()).add(exp.reward)
+        self.tied.append(sum(1 for exp in experiences if len(groups[exp.eid.task]) == 1))
         self.engine.load_state_dict(self.trainer.weights_for_sync(), self.step_count + 1)
         end = time.perf_counter()
         self.phases["rollout"].append(rolled - start)
@@ -194,15 +210,17 @@ def summary(name: str, times: list[float], warmup: int) -> float:
     return median
 
 
-def _trinity_worker(conn: Any, model_dir: Path, tasks: list, total: int) -> None:
+def _trinity_worker(
+    conn: Any, model_dir: Path, tasks: list, total: int, train_every_row: bool
+) -> None:
     """Child process: one trinity step per "step" message; replies (seconds, phases)."""
-    system = TrinityGRPO(model_dir, tasks, total)
+    system = TrinityGRPO(model_dir, tasks, total, train_every_row)
     conn.send("ready")
     try:
         while conn.recv() == "step":
             seconds = system.step()
             phases = {k: v[-1] for k, v in system.phases.items()}
-            conn.send((seconds, phases, system.skipped[-1]))
+            conn.send((seconds, phases, system.tied[-1], system.skipped[-1]))
     finally:
         system.close()
 
@@ -236,6 +254,11 @@ def main() -> int:
     )
     parser.add_argument("--steps", type=int, default=5, help="timed steps per system (default 5)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--train-every-row",
+        action="store_true",
+        help="trinity's trainer runs rows with tied rewards too (as TRL does)",
+    )
     args = parser.parse_args()
     if args.warmup < 0 or args.steps < 1:
         parser.error("--warmup must be >= 0 and --steps >= 1")
@@ -257,7 +280,10 @@ def main() -> int:
     trinity_conn, trinity_end = spawn.Pipe()
     trl_conn, trl_end = spawn.Pipe()
     workers = [
-        spawn.Process(target=_trinity_worker, args=(trinity_end, model_dir, tasks, total)),
+        spawn.Process(
+            target=_trinity_worker,
+            args=(trinity_end, model_dir, tasks, total, args.train_every_row),
+        ),
         spawn.Process(target=_trl_worker, args=(trl_end, model_dir, tasks, total, args.seed)),
     ]
     for worker in workers:
@@ -278,7 +304,7 @@ def main() -> int:
                 # it finish so trinity's last step does not share the cores with it
                 workers[1].join(timeout=300)
             trinity_conn.send("step")
-            seconds, step_phases, skipped = trinity_conn.recv()
+            seconds, step_phases, tied, skipped = trinity_conn.recv()
             trinity_times.append(seconds)
             skipped_rows.append(skipped)
             for key, value in step_phases.items():
@@ -286,8 +312,8 @@ def main() -> int:
             print(
                 f"step {step}: trl {trl_times[-1]:.2f} s, trinity {trinity_times[-1]:.2f} s "
                 f"(rollout {step_phases['rollout']:.2f}, train {step_phases['train']:.2f}, "
-                f"sync {step_phases['sync']:.2f}; {skipped} of {TASKS_PER_STEP * ROLLOUTS} rows "
-                "had tied rewards and no gradient)",
+                f"sync {step_phases['sync']:.2f}; {tied} of {TASKS_PER_STEP * ROLLOUTS} rows "
+                f"had tied rewards and no gradient, {skipped} skipped by the trainer)",
                 flush=True,
             )
         trinity_conn.send("stop")
@@ -302,7 +328,7 @@ def main() -> int:
     print("trinity phases (median s): " + ", ".join(f"{k} {v:.2f}" for k, v in medians.items()))
     timed = skipped_rows[args.warmup :]
     print(
-        f"trinity rows without gradient (skipped by the trainer): {sum(timed)} of "
+        f"trinity rows skipped by the trainer (no gradient): {sum(timed)} of "
         f"{len(timed) * TASKS_PER_STEP * ROLLOUTS} in the timed steps"
     )
     trl_median = summary("trl", trl_times, args.warmup)
