@@ -63,8 +63,12 @@ def tokenize_chat(
     *,
     tools: list[dict[str, Any]] | None = None,
     chat_template: str | None = None,
+    template_args: Mapping[str, Any] | None = None,
 ) -> TokenizedChat:
     """Token ids of ``messages`` with a mask: ``trained[i]`` marks assistant message i.
+
+    ``template_args`` are variables of the chat template (e.g. ``enable_thinking``), the
+    rollout engine's own, so SFT data renders as the policy's prompts do.
 
     Raises:
         DatasetFormatError: the template rewrites earlier turns when a turn is added
@@ -79,6 +83,7 @@ def tokenize_chat(
             chat_template=chat_template,
             tokenize=False,
             add_generation_prompt=generation_prompt,
+            **(template_args or {}),
         )
 
     tokens: list[int] = []
@@ -135,12 +140,14 @@ class RowConverter:
         kind: DatasetKind,
         limits: Limits = Limits(),
         dataset: str = "",
+        template_args: Mapping[str, Any] | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.fmt = fmt
         self.kind = kind
         self.limits = limits
         self.dataset = dataset
+        self.template_args = dict(template_args or {})
 
     def __call__(self, row: Mapping[str, Any], index: int) -> Experience:
         if self.kind == "dpo":
@@ -279,7 +286,12 @@ class RowConverter:
             )
         try:
             return tokenize_chat(
-                self.tokenizer, messages, trained, tools=tools, chat_template=self.fmt.chat_template
+                self.tokenizer,
+                messages,
+                trained,
+                tools=tools,
+                chat_template=self.fmt.chat_template,
+                template_args=self.template_args,
             )
         except DatasetFormatError as exc:
             raise self._error(index, str(exc)) from None
@@ -316,6 +328,7 @@ class DatasetSource:
         endless: bool = False,
         seed: int = 42,
         limits: Limits = Limits(),
+        template_args: Mapping[str, Any] | None = None,
     ) -> None:
         self.reader = dataset_reader(
             storage,
@@ -325,7 +338,12 @@ class DatasetSource:
             seed=seed,
         )
         self.convert = RowConverter(
-            tokenizer, storage.format, kind=kind, limits=limits, dataset=storage.name
+            tokenizer,
+            storage.format,
+            kind=kind,
+            limits=limits,
+            dataset=storage.name,
+            template_args=template_args,
         )
         self._pending: list[tuple[dict[str, Any], int]] = []
 

@@ -21,6 +21,7 @@ from trinity.algorithm.args import build
 from trinity.algorithm.registries import SAMPLE_STRATEGY
 from trinity.config import Config
 from trinity.config.algorithm_defaults import defaults_for
+from trinity.models.engine import chat_template_args
 from trinity.trainer.sft_data import DatasetKind, DatasetSource, Limits, dataset_reader
 from trinity.types import Experience
 
@@ -91,6 +92,8 @@ class TrainInput:
         self.train_batch_size = int(config.buffer.train_batch_size or 1)
         self.strategy = build(SAMPLE_STRATEGY, algo.sample_strategy, algo.sample_strategy_args)
         limits = Limits(config.model.max_prompt_tokens, config.model.max_model_len)
+        # the rollout engine's template variables: SFT rows render as its prompts do
+        template_args = chat_template_args(config.explorer.rollout_model.enable_thinking)
         self.dataset: DatasetSource | None = None
         if trains_on_dataset(config):
             self.rows_per_step = rows_per_step(config)
@@ -103,6 +106,7 @@ class TrainInput:
                 total_steps=config.buffer.total_steps,
                 seed=config.seed,
                 limits=limits,
+                template_args=template_args,
             )
         elif read_buffer is None:
             raise TrainInputError(
@@ -124,6 +128,7 @@ class TrainInput:
                 endless=True,
                 seed=config.seed,
                 limits=limits,
+                template_args=template_args,
             )
 
     def next_batch(self, model_version: int) -> list[Experience]:

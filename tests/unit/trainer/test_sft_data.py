@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -245,3 +246,36 @@ def test_dataset_source_checks_the_prompt_key(tokenizer, tmp_path: Path) -> None
         MissingKeyError, match="missing key 'prompt' \\(named by format.prompt_key\\)"
     ):
         DatasetSource(storage, tokenizer, kind="sft", batch_size=1)
+
+
+# Opens every reply with an empty thinking section unless thinking is enabled, as
+# templates of thinking-capable models do (and only ever appends).
+_NO_THINKING = (
+    "{% if enable_thinking is defined and not enable_thinking %}<think></think>\n{% endif %}"
+)
+THINKING_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+    "{% if m['role'] == 'assistant' %}" + _NO_THINKING + "{% endif %}"
+    "{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n" + _NO_THINKING + "{% endif %}"
+)
+
+
+@pytest.mark.parametrize("enable_thinking", [False, True])
+def test_rows_render_with_the_rollout_engines_template_variables(
+    tokenizer, enable_thinking: bool
+) -> None:
+    from trinity.models.engine import chat_template_args, render_chat
+
+    fmt = FormatConfig(prompt_type="plaintext", chat_template=THINKING_TEMPLATE)
+    args = chat_template_args(enable_thinking)
+    exp = RowConverter(tokenizer, fmt, kind="sft", template_args=args)(
+        {"prompt": "q", "response": "a"}, 0
+    )
+    # the prompt is what the engine renders for the same messages and variables
+    engine_tokenizer = copy.deepcopy(tokenizer)  # the module's tokenizer stays as it is
+    engine_tokenizer.chat_template = THINKING_TEMPLATE
+    expected = render_chat(engine_tokenizer, [{"role": "user", "content": "q"}], True, **args)
+    assert exp.tokens[: exp.prompt_length].tolist() == expected
+    assert ("<think></think>" in text(tokenizer, expected)) is (not enable_thinking)
+    assert trained_text(tokenizer, exp) == "a<|im_end|>\n"

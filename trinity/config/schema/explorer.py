@@ -27,19 +27,21 @@ class InferenceModelConfig:
         0.9, "fraction of each GPU the engine may take (GPU engines only)"
     )
     enable_thinking: bool = setting(
-        False, "let chat templates that support it emit a thinking section"
+        False,
+        "let chat templates that support it emit a thinking section; the rollout model's "
+        "value also renders SFT / DPO dataset rows",
     )
     enable_openai_api: bool = setting(
         False, "serve an OpenAI-compatible endpoint on the same engine"
     )
     openai_api_host: str = setting(
-        "127.0.0.1", "address the OpenAI-compatible endpoint binds; 0.0.0.0 exposes it to the network"
+        "127.0.0.1",
+        "address the OpenAI-compatible endpoint binds; 0.0.0.0 exposes it to the network",
     )
-    openai_api_port: int = setting(
-        0, "port of the OpenAI-compatible endpoint; 0 picks a free port"
-    )
+    openai_api_port: int = setting(0, "port of the OpenAI-compatible endpoint; 0 picks a free port")
     openai_api_key: str | None = setting(
-        None, "when set, requests need 'Authorization: Bearer <key>' (an env var via oc.env keeps it out of the file)"
+        None,
+        "when set, requests need 'Authorization: Bearer <key>' (an env var via oc.env keeps it out of the file)",
     )
     enforce_eager: bool = setting(True, "disable graph capture in engines that support it")
     enable_prefix_caching: bool = setting(False, "reuse KV cache across requests sharing a prefix")
