@@ -113,7 +113,8 @@ def main() -> int:
         f"= {tokens} tokens per step, {args.group} rollouts per prompt"
     )
     for dtype in args.dtype:
-        peaks = [matmul_peak(getattr(torch, dtype))]
+        torch_dtype = getattr(torch, dtype)
+        peaks = [matmul_peak(torch_dtype)]
         with tempfile.TemporaryDirectory(prefix="train-bench-") as tmp:
             config = demo_config(
                 model_dir,
@@ -142,7 +143,7 @@ def main() -> int:
                 times.append(time.perf_counter() - start)
                 # every row trains (rewards differ in each group): the FLOPs are all run
                 assert metrics["actor/skipped_rows"] == 0, metrics["actor/skipped_rows"]
-                peaks.append(matmul_peak(getattr(torch, dtype), repeats=3))
+                peaks.append(matmul_peak(torch_dtype, repeats=3))
                 shares.append(flops / times[-1] / peaks[-1])
             del trainer
         seconds = statistics.median(times)

@@ -143,7 +143,7 @@ class LlamaDecoder:
         if (
             self.dtype == torch.bfloat16
             and all(t.is_contiguous() for t in (self.cos, self.sin, self.embed))
-            and all(w.is_contiguous() for layer in self.layers for w in layer.weights)
+            and all(w.is_contiguous() for w in self._weights())
         ):
             self.kernels = kernels.load()
         # decode-sized matmuls on AMX tiles when the CPU has them and every weight's shape
@@ -191,13 +191,10 @@ class LlamaDecoder:
     ) -> torch.Tensor:
         """(N, in) -> (N, out): the packed weight for decode-sized inputs; ``out_f32``
         widens the bf16-rounded result to float32."""
-        if x.size(0) <= PLAIN_ABOVE_ROWS:
-            if self.amx:
-                return self.kernels.amx_linear(x.contiguous(), packed, out_f32)  # type: ignore[union-attr]
-            if self.pack:
-                out = packed_linear(x, packed)
-                return out.float() if out_f32 else out
-        out = F.linear(x, weight)
+        small = x.size(0) <= PLAIN_ABOVE_ROWS
+        if small and self.amx:
+            return self.kernels.amx_linear(x.contiguous(), packed, out_f32)  # type: ignore[union-attr]
+        out = packed_linear(x, packed) if small and self.pack else F.linear(x, weight)
         return out.float() if out_f32 else out
 
     def forward(

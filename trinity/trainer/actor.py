@@ -143,15 +143,20 @@ def grouped_attention(
         key, value, length = key[:, :, :queries], value[:, :, :queries], queries
     scale = dim**-0.5 if scaling is None else scaling
     bias = _additive_mask(attention_mask, queries, length, query.device)
-    group = heads // kv_heads
+    return _grouped_heads(query, key, value, bias.unsqueeze(2), scale), None
+
+
+def _grouped_heads(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """:class:`_GroupedAttention` of query (B, H, Q, D) against key and value (B, KV, K, D)
+    with the (B|1, 1, 1, Q, K) fp32 ``bias`` -> (B, Q, H, D)."""
+    batch, heads, queries, dim = query.shape
+    group = heads // key.shape[1]
     out = _GroupedAttention.apply(
-        query.reshape(batch, kv_heads, group * queries, dim),
-        key,
-        value,
-        bias.unsqueeze(2),
-        scale,
+        query.reshape(batch, key.shape[1], group * queries, dim), key, value, bias, scale
     )
-    return out.view(batch, heads, queries, dim).transpose(1, 2), None
+    return out.view(batch, heads, queries, dim).transpose(1, 2)
 
 
 @dataclass
@@ -188,42 +193,27 @@ def _packed_attention(
     (1, KV, N, D) -> (1, N, H, D). Each prompt attends causally to itself; each row's
     response attends to its prompt's keys and values (gathered per row, so their
     gradients are summed over the rows) and causally to its own."""
-    heads, dim, kv_heads = query.shape[1], query.shape[3], key.shape[1]
-    group = heads // kv_heads
+    heads, dim = query.shape[1], query.shape[3]
     split = packed.prompts * packed.prompt
     scale = dim**-0.5 if scaling is None else scaling
 
-    def unpack(t: torch.Tensor, rows: int, width: int) -> torch.Tensor:
-        # (1, X, rows * width, D) -> (rows, X, width, D)
-        return t[0].unflatten(1, (rows, width)).transpose(0, 1)
+    def prompts(t: torch.Tensor) -> torch.Tensor:  # (1, X, N, D) -> (prompts, X, prompt, D)
+        return t[0, :, :split].unflatten(1, (packed.prompts, packed.prompt)).transpose(0, 1)
 
-    def attend(q, k, v, bias):
-        rows, _, width, _ = q.shape
-        out = _GroupedAttention.apply(
-            q.reshape(rows, kv_heads, group * width, dim), k, v, bias, scale
-        )
-        return out.view(rows, heads, width, dim).transpose(1, 2).reshape(rows * width, heads, dim)
+    def responses(t: torch.Tensor) -> torch.Tensor:  # (1, X, N, D) -> (rows, X, response, D)
+        return t[0, :, split:].unflatten(1, (packed.rows, packed.response)).transpose(0, 1)
 
-    q, k, v = (unpack(t[:, :, :split], packed.prompts, packed.prompt) for t in (query, key, value))
-    prompt_out = attend(q, k, v, packed.prompt_bias)
-    keys = torch.cat(
-        [
-            k.index_select(0, packed.inverse),
-            unpack(key[:, :, split:], packed.rows, packed.response),
-        ],
-        dim=2,
+    q, k, v = prompts(query), prompts(key), prompts(value)
+    prompt_out = _grouped_heads(q, k, v, packed.prompt_bias, scale)
+    # each row's keys and values: its prompt's, then its own response's
+    keys, values = (
+        torch.cat([p.index_select(0, packed.inverse), responses(t)], dim=2)
+        for p, t in ((k, key), (v, value))
     )
-    values = torch.cat(
-        [
-            v.index_select(0, packed.inverse),
-            unpack(value[:, :, split:], packed.rows, packed.response),
-        ],
-        dim=2,
-    )
-    q = unpack(query[:, :, split:], packed.rows, packed.response)
-    response_out = attend(q, keys, values, packed.response_bias)
+    response_out = _grouped_heads(responses(query), keys, values, packed.response_bias, scale)
     packed.calls += 1
-    return torch.cat([prompt_out, response_out])[None], None
+    out = torch.cat([prompt_out.reshape(split, heads, dim), response_out.reshape(-1, heads, dim)])
+    return out[None], None
 
 
 def _additive_mask(
@@ -390,7 +380,6 @@ def _packed_hidden(
     sequence; :func:`_packed_attention` gives each part its attention."""
     prompt, end = batch.prompt_width, batch.prompt_width + batch.response_width - 1
     prompts, response = first.numel(), end - prompt
-    low = torch.finfo(torch.float32).min
     columns = torch.arange(end)
     # prompt query i sees prompt columns 0..i; response query i, at column prompt + i,
     # sees its prompt and response columns up to its own; padding columns are never seen
@@ -404,10 +393,8 @@ def _packed_hidden(
         rows=batch.size,
         response=response,
         inverse=inverse,
-        prompt_bias=torch.zeros(prompt_allowed.shape).masked_fill_(~prompt_allowed, low)[
-            :, None, None
-        ],
-        response_bias=torch.zeros(response_allowed.shape).masked_fill_(~response_allowed, low)[
+        prompt_bias=_additive_mask(prompt_allowed, prompt, prompt, columns.device)[:, None, None],
+        response_bias=_additive_mask(response_allowed, response, end, columns.device)[
             :, None, None
         ],
     )
