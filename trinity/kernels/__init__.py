@@ -19,7 +19,10 @@ The kernels here do each of those in one pass:
   training, one pass each way (:mod:`trinity.trainer.fused_layers`);
 - :func:`amx_linear` decode-sized bf16 linear layers on Intel AMX, from weights
   prepacked by :func:`amx_pack` (:mod:`trinity.models.fast_decode`; CPUs without AMX
-  keep oneDNN's matmul).
+  keep oneDNN's matmul);
+- :func:`decode_attention` one new token per row attending to its KV cache, and
+  ``decode_layers``, which runs a decode step's whole layer loop (the kernels above,
+  AMX matmuls) in one call.
 
 The library is built with the system C compiler (``cc``, or ``$CC``) for this CPU
 (``-march=native``) into ``~/.cache/trinity/kernels`` (``$TRINITY_KERNEL_CACHE``), named
@@ -75,7 +78,34 @@ _SIGNATURES = {
     "rms_norm_forward": [_P, _P, _P, _P, _I, _I, _F],
     "rms_norm_backward": [_P, _P, _P, _P, _P, _P, _I, _I],
     "amx_linear": [_P, _P, _P, _I, _I, _I, ctypes.c_int],
+    "decode_attention": [_P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I, _I, _F],
 }
+
+
+class DecodeShape(ctypes.Structure):
+    """The sizes of one decode step that :func:`decode_layers` reads (the C
+    ``decode_shape``): strides count bf16 elements."""
+
+    _fields_ = [
+        (name, ctypes.c_int64)
+        for name in (
+            "layers",
+            "rows",
+            "hidden",
+            "heads",
+            "kv_heads",
+            "dim",
+            "inter",
+            "column",
+            "layer_stride",
+            "row_stride",
+            "head_stride",
+            "mask_stride",
+        )
+    ] + [("eps", ctypes.c_float), ("scale", ctypes.c_float)]
+
+
+_SIGNATURES["decode_layers"] = [ctypes.POINTER(DecodeShape)] + [_P] * 16
 
 
 class KernelBuildError(RuntimeError):
@@ -215,6 +245,47 @@ class Kernels:
         assert packed.shape[1:] == (k // 32, 16, 16, 2) and k % 32 == 0
         out = torch.empty((rows, n), dtype=torch.float32 if out_f32 else torch.bfloat16)
         self.lib.amx_linear(_ptr(x), _ptr(packed), _ptr(out), rows, n, k, int(out_f32))
+        return out
+
+    def decode_attention(
+        self,
+        q: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        steps: int,
+        mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """One new token per row attending to columns ``0 .. steps-1`` of its cache:
+        q (rows, heads, dim), keys / values (rows, kv_heads, T, dim) (rows and heads may be
+        strided, each column's ``dim`` values contiguous), ``mask`` None or (rows, >= steps)
+        additive bf16 -> (rows, heads * dim) bf16, as ``scaled_dot_product_attention`` with
+        ``enable_gqa`` computes it."""
+        rows, heads, dim = q.shape
+        kv_heads = keys.shape[1]
+        _check(q, torch.bfloat16, "q")
+        assert keys.dtype == values.dtype == torch.bfloat16 and keys.stride() == values.stride()
+        assert keys.shape[0] == rows and keys.shape[3] == dim and heads % kv_heads == 0
+        assert keys.stride(3) == 1 and keys.stride(2) == dim and 0 < steps <= keys.shape[2]
+        if mask is not None:
+            assert mask.dtype == torch.bfloat16 and mask.stride(1) == 1
+            assert mask.shape[0] == rows and mask.shape[1] >= steps
+        out = q.new_empty((rows, heads * dim))
+        self.lib.decode_attention(
+            _ptr(q),
+            _ptr(keys),
+            _ptr(values),
+            _ptr(mask),
+            _ptr(out),
+            rows,
+            heads,
+            kv_heads,
+            dim,
+            steps,
+            keys.stride(0),
+            keys.stride(1),
+            0 if mask is None else mask.stride(0),
+            dim**-0.5,
+        )
         return out
 
     def add_rms_norm(

@@ -9,6 +9,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef uint16_t bf16;
@@ -49,6 +50,7 @@ static inline float exp_approx(float x) {
  * add); then out = x / sqrt(mean(x^2) + eps) * w, computed in float32, rounded once. */
 void add_rms_norm(bf16 *x, const bf16 *delta, const bf16 *w, bf16 *out, int64_t rows,
                   int64_t dim, float eps) {
+#pragma omp parallel for schedule(static) if (rows * dim > 8192)
     for (int64_t r = 0; r < rows; r++) {
         bf16 *xr = x + r * dim;
         bf16 *o = out + r * dim;
@@ -93,6 +95,7 @@ void rope_kv(const bf16 *qkv, const int64_t *positions, const bf16 *cos, const b
              bf16 *q_out, bf16 *k_dst, bf16 *v_dst, int64_t rows, int64_t heads,
              int64_t kv_heads, int64_t dim, int64_t row_stride, int64_t head_stride) {
     const int64_t half = dim / 2, width = (heads + 2 * kv_heads) * dim;
+#pragma omp parallel for schedule(static) if (rows * width > 8192)
     for (int64_t r = 0; r < rows; r++) {
         const bf16 *src = qkv + r * width;
         const bf16 *c = cos + positions[r] * dim, *s = sin + positions[r] * dim;
@@ -124,6 +127,7 @@ static void silu_mul_row(const bf16 *restrict g, const bf16 *restrict u, bf16 *r
 }
 
 void silu_mul(const bf16 *gate_up, bf16 *out, int64_t rows, int64_t inter) {
+#pragma omp parallel for schedule(static) if (rows * inter > 8192)
     for (int64_t r = 0; r < rows; r++)
         silu_mul_row(gate_up + r * 2 * inter, gate_up + r * 2 * inter + inter, out + r * inter,
                      inter);
@@ -305,6 +309,221 @@ void rms_norm_backward(const bf16 *gy, const bf16 *x, const bf16 *w, const float
     }
 }
 
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+#include <immintrin.h>
+#define ATTN_FAST_DIM 64
+#define ATTN_FAST_GROUP 4
+
+static inline __m512 bf16x16(const bf16 *p) {
+    __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+}
+
+/* f2bf of 16 floats: round to nearest even, NaN stays (quiet) NaN. */
+static inline __m256i bf16_of_f32x16(__m512 f) {
+    const __m512i u = _mm512_castps_si512(f), high = _mm512_srli_epi32(u, 16);
+    const __m512i bias = _mm512_add_epi32(_mm512_and_si512(high, _mm512_set1_epi32(1)),
+                                          _mm512_set1_epi32(0x7fff));
+    __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, bias), 16);
+    const __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
+    rounded = _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(high, _mm512_set1_epi32(0x40)));
+    return _mm512_cvtepi32_epi16(rounded);
+}
+
+/* out lane i = the sum of the 16 lanes of v[i] */
+static inline __m512 lane_sums16(const __m512 v[16]) {
+    __m512 pairs[8], quads[4], octs[2];
+    for (int i = 0; i < 8; i++) /* per 128-bit lane: [v2i 0+2, v2i+1 0+2, v2i 1+3, v2i+1 1+3] */
+        pairs[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
+                                 _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+    for (int i = 0; i < 4; i++) { /* per 128-bit lane: one partial sum of each of 4 vectors */
+        const __m512d a = _mm512_castps_pd(pairs[2 * i]), b = _mm512_castps_pd(pairs[2 * i + 1]);
+        quads[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                                 _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+    }
+    for (int i = 0; i < 2; i++) /* 128-bit lanes: 4 vectors twice, the next 4 twice */
+        octs[i] = _mm512_add_ps(_mm512_shuffle_f32x4(quads[2 * i], quads[2 * i + 1], 0x88),
+                                _mm512_shuffle_f32x4(quads[2 * i], quads[2 * i + 1], 0xdd));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(octs[0], octs[1], 0x88),
+                         _mm512_shuffle_f32x4(octs[0], octs[1], 0xdd));
+}
+
+/* The two passes of decode_attention over one (row, kv head) with dim 64. Scores: bf16
+ * pair dot products (exact products, float32 sums) of 16 keys at a time, whose lane sums
+ * come out as one vector. Values: the group's output sums stay in registers while the
+ * values stream by; the bf16 x bf16 products are exact in float32, so the fused
+ * multiply-adds round as separate multiplies and adds would. ``stride``: the distance
+ * between two query heads' scores. */
+static inline void attn_scores64(const bf16 *q, const bf16 *k, const bf16 *m, float *scores,
+                                 int64_t steps, int64_t stride, float scale, const int group) {
+    __m512bh qv[ATTN_FAST_GROUP][2];
+    for (int g = 0; g < group; g++)
+        for (int c = 0; c < 2; c++)
+            qv[g][c] = (__m512bh)_mm512_loadu_si512((const void *)(q + g * 64 + c * 32));
+    const __m512 scales = _mm512_set1_ps(scale);
+    int64_t t = 0;
+    for (; t + 16 <= steps; t += 16) {
+        const __m512 bias = m ? bf16x16(m + t) : _mm512_setzero_ps();
+        for (int g = 0; g < group; g++) {
+            __m512 dots[16];
+            for (int i = 0; i < 16; i++) {
+                const bf16 *kt = k + (t + i) * 64;
+                const __m512 low = _mm512_dpbf16_ps(
+                    _mm512_setzero_ps(), qv[g][0], (__m512bh)_mm512_loadu_si512((const void *)kt));
+                dots[i] = _mm512_dpbf16_ps(low, qv[g][1],
+                                           (__m512bh)_mm512_loadu_si512((const void *)(kt + 32)));
+            }
+            _mm512_storeu_ps(scores + g * stride + t,
+                             _mm512_add_ps(_mm512_mul_ps(lane_sums16(dots), scales), bias));
+        }
+    }
+    for (; t < steps; t++) {
+        const bf16 *kt = k + t * 64;
+        const __m512bh k0 = (__m512bh)_mm512_loadu_si512((const void *)kt),
+                       k1 = (__m512bh)_mm512_loadu_si512((const void *)(kt + 32));
+        const float bias = m ? bf2f(m[t]) : 0.0f;
+        for (int g = 0; g < group; g++) {
+            const __m512 d = _mm512_dpbf16_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), qv[g][0], k0),
+                                              qv[g][1], k1);
+            scores[g * stride + t] = _mm512_reduce_add_ps(d) * scale + bias;
+        }
+    }
+}
+
+static inline void attn_values64(const float *p, const bf16 *v, const float *inv, bf16 *o,
+                                 int64_t steps, int64_t stride, const int group) {
+    __m512 acc[ATTN_FAST_GROUP][4];
+    for (int g = 0; g < group; g++)
+        for (int c = 0; c < 4; c++) acc[g][c] = _mm512_setzero_ps();
+    for (int64_t t = 0; t < steps; t++) {
+        const bf16 *vt = v + t * 64;
+        const __m512 v0 = bf16x16(vt), v1 = bf16x16(vt + 16), v2 = bf16x16(vt + 32),
+                     v3 = bf16x16(vt + 48);
+        for (int g = 0; g < group; g++) {
+            const __m512 w = _mm512_set1_ps(p[g * stride + t]);
+            acc[g][0] = _mm512_fmadd_ps(w, v0, acc[g][0]);
+            acc[g][1] = _mm512_fmadd_ps(w, v1, acc[g][1]);
+            acc[g][2] = _mm512_fmadd_ps(w, v2, acc[g][2]);
+            acc[g][3] = _mm512_fmadd_ps(w, v3, acc[g][3]);
+        }
+    }
+    for (int g = 0; g < group; g++) {
+        const __m512 scale = _mm512_set1_ps(inv[g]);
+        for (int c = 0; c < 4; c++)
+            _mm256_storeu_si256((__m256i *)(o + g * 64 + c * 16),
+                                bf16_of_f32x16(_mm512_mul_ps(acc[g][c], scale)));
+    }
+}
+#endif
+
+/* Attention of one new token per row over its cached keys and values (a decode step).
+ *
+ * q: (rows, heads, dim); out: (rows, heads * dim). keys, values: one layer's cache at
+ * (row 0, kv head 0, column 0); row r, kv head h, column t at r * row_stride +
+ * h * head_stride + t * dim. Columns 0 .. steps-1 are attended; mask is NULL or
+ * (rows, mask_stride) additive bf16 (-inf at padding, never at the last column). Query
+ * head j reads kv head j / (heads / kv_heads), so each kv head's keys and values are read
+ * once for its group of query heads. As PyTorch's CPU flash attention does for bf16:
+ * scores scale * q.k + mask and their softmax in float32, the unnormalised probabilities
+ * rounded to bf16 where they weight the values, the float32 sum divided out at the end.
+ * Head size 64 with up to 4 query heads per kv head has a register-blocked AVX-512 path;
+ * other shapes take plain loops. */
+void decode_attention(const bf16 *q, const bf16 *keys, const bf16 *values, const bf16 *mask,
+                      bf16 *out, int64_t rows, int64_t heads, int64_t kv_heads, int64_t dim,
+                      int64_t steps, int64_t row_stride, int64_t head_stride,
+                      int64_t mask_stride, float scale) {
+    const int64_t group = heads / kv_heads;
+    /* each query head's scores padded with -inf to a multiple of 32 columns, so the
+     * softmax loop runs whole vectors */
+    const int64_t stride = (steps + 31) & ~(int64_t)31;
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+    const int fast = dim == ATTN_FAST_DIM && group <= ATTN_FAST_GROUP;
+#else
+    const int fast = 0;
+#endif
+#pragma omp parallel if (rows * heads * steps * dim > 32768)
+    {
+        float *scores = malloc(sizeof(float) * (size_t)(group * stride));
+        float *acc = malloc(sizeof(float) * (size_t)(group * dim));
+        float *qf = malloc(sizeof(float) * (size_t)(group * dim));
+        float *inv = malloc(sizeof(float) * (size_t)group);
+#pragma omp for schedule(static)
+        for (int64_t task = 0; task < rows * kv_heads; task++) {
+            const int64_t r = task / kv_heads, h = task % kv_heads;
+            const bf16 *k = keys + r * row_stride + h * head_stride;
+            const bf16 *v = values + r * row_stride + h * head_stride;
+            const bf16 *m = mask ? mask + r * mask_stride : NULL;
+            const bf16 *qr = q + (r * heads + h * group) * dim;
+            bf16 *o = out + (r * heads + h * group) * dim;
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+            if (fast) {
+                switch (group) { /* constant groups: the blocks unroll into registers */
+                case 1: attn_scores64(qr, k, m, scores, steps, stride, scale, 1); break;
+                case 2: attn_scores64(qr, k, m, scores, steps, stride, scale, 2); break;
+                case 3: attn_scores64(qr, k, m, scores, steps, stride, scale, 3); break;
+                default: attn_scores64(qr, k, m, scores, steps, stride, scale, 4); break;
+                }
+            }
+#endif
+            if (!fast) {
+                for (int64_t j = 0; j < group * dim; j++) qf[j] = bf2f(qr[j]);
+                for (int64_t t = 0; t < steps; t++) {
+                    const bf16 *kt = k + t * dim;
+                    const float bias = m ? bf2f(m[t]) : 0.0f;
+                    for (int64_t g = 0; g < group; g++) {
+                        const float *qg = qf + g * dim;
+                        float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+                        for (int64_t j = 0; j < dim; j++) dot += qg[j] * bf2f(kt[j]);
+                        scores[g * stride + t] = dot * scale + bias;
+                    }
+                }
+            }
+            for (int64_t g = 0; g < group; g++) {
+                float *s = scores + g * stride, top = -INFINITY, sum = 0.0f;
+                for (int64_t t = steps; t < stride; t++) s[t] = -INFINITY;
+#pragma omp simd reduction(max : top)
+                for (int64_t t = 0; t < stride; t++) top = s[t] > top ? s[t] : top;
+#pragma omp simd reduction(+ : sum)
+                for (int64_t t = 0; t < stride; t++) {
+                    const float e = s[t] == -INFINITY ? 0.0f : exp_approx(s[t] - top);
+                    sum += e;
+                    s[t] = bf2f(f2bf(e));
+                }
+                inv[g] = 1.0f / sum;
+            }
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+            if (fast) {
+                switch (group) {
+                case 1: attn_values64(scores, v, inv, o, steps, stride, 1); break;
+                case 2: attn_values64(scores, v, inv, o, steps, stride, 2); break;
+                case 3: attn_values64(scores, v, inv, o, steps, stride, 3); break;
+                default: attn_values64(scores, v, inv, o, steps, stride, 4); break;
+                }
+                continue;
+            }
+#endif
+            memset(acc, 0, sizeof(float) * (size_t)(group * dim));
+            for (int64_t t = 0; t < steps; t++) {
+                const bf16 *vt = v + t * dim;
+                for (int64_t g = 0; g < group; g++) {
+                    const float p = scores[g * stride + t];
+                    float *ag = acc + g * dim;
+#pragma omp simd
+                    for (int64_t j = 0; j < dim; j++) ag[j] += p * bf2f(vt[j]);
+                }
+            }
+            for (int64_t g = 0; g < group; g++)
+#pragma omp simd
+                for (int64_t j = 0; j < dim; j++) o[g * dim + j] = f2bf(acc[g * dim + j] * inv[g]);
+        }
+        free(scores);
+        free(acc);
+        free(qf);
+        free(inv);
+    }
+}
+
 /* Decode-sized bf16 linear layers on AMX (Intel's tile matrix unit).
  *
  * out (M, N) = x (M, K) @ W^T, W (N, K) prepacked as the tile unit reads it: for each
@@ -316,6 +535,14 @@ void rms_norm_backward(const bf16 *gy, const bf16 *x, const bf16 *w, const float
  * products accumulate in float32 and are rounded to bf16 once, as oneDNN's bf16 matmul
  * does (the tests find the same bits for M <= 32). Built only when the compiler targets
  * AMX; amx_available() then also asks the kernel for the tile state (once per process). */
+/* Sizes of one decode step for decode_layers (mirrored by a ctypes.Structure in
+ * trinity/kernels/__init__.py). */
+typedef struct {
+    int64_t layers, rows, hidden, heads, kv_heads, dim, inter;
+    int64_t column, layer_stride, row_stride, head_stride, mask_stride;
+    float eps, scale;
+} decode_shape;
+
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
 #include <immintrin.h>
 #include <sys/syscall.h>
@@ -414,8 +641,52 @@ void amx_linear(const bf16 *x, const bf16 *packed, void *out, int64_t M, int64_t
         if (configured >= 0) _tile_release();
     }
 }
+
+/* The layers of one decode step of a Llama-family model, one token per row, with every
+ * matmul on AMX: the loop of LlamaDecoder.fused_step (trinity/models/fast_decode.py)
+ * without a return to Python between its 9 kernels per layer.
+ *
+ * On entry h holds the first layer's input norm of x, the residual stream (rows,
+ * hidden); on return x is the last layer's output and h its final norm. packed: 4
+ * weights per layer (q|k|v, o, gate|up, down) as amx_pack lays them out. norms: per
+ * layer the input and post-attention norm weights, then the final norm. keys / values:
+ * the caches at (layer 0, row 0, kv head 0, column 0), a layer every layer_stride
+ * elements; rows, kv heads and columns as rope_kv and decode_attention read them. The
+ * scratch buffers hold one step's rows: qkv (rows, (heads + 2 kv_heads) dim), q and attn
+ * (rows, heads dim), delta (rows, hidden), gate_up (rows, 2 inter), act (rows, inter). */
+void decode_layers(const decode_shape *shape, const bf16 *const *packed, const bf16 *const *norms,
+                   bf16 *x, bf16 *h, const int64_t *positions, const bf16 *cos, const bf16 *sin,
+                   bf16 *keys, bf16 *values, const bf16 *mask, bf16 *qkv, bf16 *q, bf16 *attn,
+                   bf16 *delta, bf16 *gate_up, bf16 *act) {
+    const decode_shape d = *shape;
+    const int64_t width = d.heads * d.dim, qkv_width = (d.heads + 2 * d.kv_heads) * d.dim;
+    for (int64_t l = 0; l < d.layers; l++) {
+        const bf16 *const *w = packed + 4 * l;
+        bf16 *k = keys + l * d.layer_stride, *v = values + l * d.layer_stride;
+        amx_linear(h, w[0], qkv, d.rows, qkv_width, d.hidden, 0);
+        rope_kv(qkv, positions, cos, sin, q, k + d.column * d.dim, v + d.column * d.dim, d.rows,
+                d.heads, d.kv_heads, d.dim, d.row_stride, d.head_stride);
+        decode_attention(q, k, v, mask, attn, d.rows, d.heads, d.kv_heads, d.dim, d.column + 1,
+                         d.row_stride, d.head_stride, d.mask_stride, d.scale);
+        amx_linear(attn, w[1], delta, d.rows, d.hidden, width, 0);
+        add_rms_norm(x, delta, norms[2 * l + 1], h, d.rows, d.hidden, d.eps);
+        amx_linear(h, w[2], gate_up, d.rows, 2 * d.inter, d.hidden, 0);
+        silu_mul(gate_up, act, d.rows, d.inter);
+        amx_linear(act, w[3], delta, d.rows, d.hidden, d.inter, 0);
+        add_rms_norm(x, delta, norms[2 * l + 2], h, d.rows, d.hidden, d.eps);
+    }
+}
 #else
 int amx_available(void) { return 0; }
+
+void decode_layers(const decode_shape *shape, const bf16 *const *packed, const bf16 *const *norms,
+                   bf16 *x, bf16 *h, const int64_t *positions, const bf16 *cos, const bf16 *sin,
+                   bf16 *keys, bf16 *values, const bf16 *mask, bf16 *qkv, bf16 *q, bf16 *attn,
+                   bf16 *delta, bf16 *gate_up, bf16 *act) {
+    (void)shape, (void)packed, (void)norms, (void)x, (void)h, (void)positions, (void)cos;
+    (void)sin, (void)keys, (void)values, (void)mask, (void)qkv, (void)q, (void)attn;
+    (void)delta, (void)gate_up, (void)act;
+}
 
 void amx_linear(const bf16 *x, const bf16 *packed, void *out, int64_t M, int64_t N,
                 int64_t K, int out_f32) {

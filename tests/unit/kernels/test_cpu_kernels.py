@@ -258,3 +258,41 @@ def test_amx_pack_names_the_shapes_it_needs() -> None:
     assert K is not None
     with pytest.raises(ValueError, match=r"16 a, 32 b"):
         K.amx_pack(bf16(40, 64))
+
+
+@pytest.mark.parametrize(
+    "heads, kv_heads, dim, steps",
+    [(9, 3, 64, 90), (9, 3, 64, 5), (4, 4, 64, 33), (4, 2, 16, 40), (6, 1, 32, 17)],
+)
+def test_decode_attention_is_sdpa_within_its_rounding(
+    heads: int, kv_heads: int, dim: int, steps: int
+) -> None:
+    rows, capacity = 7, 96
+    # a cache of 9 rows of which rows 1..7 are used, longer than the attended columns
+    keys = bf16(9, kv_heads, capacity, dim, seed=7, scale=2.0)[1:8]
+    values = bf16(9, kv_heads, capacity, dim, seed=8)[1:8]
+    q = bf16(rows, heads, dim, seed=9, scale=2.0)
+    mask = torch.zeros(rows, capacity, dtype=torch.bfloat16)
+    mask[::3, : min(4, steps - 1)] = float("-inf")  # left padding of some rows
+    got = K.decode_attention(q, keys, values, steps, mask)
+
+    def sdpa(dtype: torch.dtype) -> torch.Tensor:
+        k, v = keys[:, :, :steps].to(dtype), values[:, :, :steps].to(dtype)
+        allowed = mask[:, None, None, :steps].to(dtype)
+        out = F.scaled_dot_product_attention(
+            q[:, :, None].to(dtype), k, v, attn_mask=allowed, enable_gqa=True
+        )
+        return out.reshape(rows, heads * dim)
+
+    exact, torch_bf16 = sdpa(torch.float64), sdpa(torch.bfloat16)
+    # no further from the float64 result than PyTorch's own bf16 attention
+    error, torch_error = (got.double() - exact).abs(), (torch_bf16.double() - exact).abs()
+    assert error.mean() <= 1.1 * torch_error.mean()
+    assert error.max() <= 1.5 * torch_error.max()
+    torch.testing.assert_close(got, torch_bf16, atol=2e-2, rtol=2e-2)
+    # padding columns carry no weight: garbage there changes nothing
+    keys[::3, :, :4] = 1e4
+    assert torch.equal(K.decode_attention(q, keys, values, steps, mask), got)
+    # the rows without padding, with no mask at all
+    no_mask = K.decode_attention(q[1::3].contiguous(), keys[1::3], values[1::3], steps)
+    assert torch.equal(no_mask, got[1::3])
