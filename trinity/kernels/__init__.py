@@ -79,6 +79,7 @@ _SIGNATURES = {
     "rms_norm_backward": [_P, _P, _P, _P, _P, _P, _I, _I],
     "amx_linear": [_P, _P, _P, _I, _I, _I, ctypes.c_int],
     "decode_attention": [_P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I, _I, _F],
+    "sample_rows": [_P, _P, _P, _I, _I, _P, _P],
 }
 
 
@@ -287,6 +288,25 @@ class Kernels:
             dim**-0.5,
         )
         return out
+
+    def sample_rows(
+        self, logits: torch.Tensor, temperature: torch.Tensor, u: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One token per row of (B, V) float32 ``logits`` at ``temperature`` (B,) (<= 0:
+        greedy) from the uniform numbers ``u`` (B,) -> tokens (B,) int64 and their
+        log-softmax (B,) float32, as :func:`trinity.models.sampling.sample_tokens` draws
+        them without top-k, top-p or banned tokens (within float rounding of the sums)."""
+        rows, vocab = logits.shape
+        _check(logits, torch.float32, "logits")
+        _check(temperature, torch.float32, "temperature")
+        _check(u, torch.float32, "u")
+        assert temperature.shape == u.shape == (rows,)
+        tokens = torch.empty(rows, dtype=torch.int64)
+        logprobs = torch.empty(rows, dtype=torch.float32)
+        self.lib.sample_rows(
+            _ptr(logits), _ptr(temperature), _ptr(u), rows, vocab, _ptr(tokens), _ptr(logprobs)
+        )
+        return tokens, logprobs
 
     def add_rms_norm(
         self,

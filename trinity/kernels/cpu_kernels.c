@@ -535,6 +535,75 @@ void decode_attention(const bf16 *q, const bf16 *keys, const bf16 *values, const
  * products accumulate in float32 and are rounded to bf16 once, as oneDNN's bf16 matmul
  * does (the tests find the same bits for M <= 32). Built only when the compiler targets
  * AMX; amx_available() then also asks the kernel for the tile state (once per process). */
+#define SAMPLE_BLOCK 256
+
+/* One token per row from softmax(logits / T) over the whole vocabulary, as
+ * trinity.models.sampling.sample_tokens draws it without top-k, top-p or banned tokens:
+ * the first token whose cumulative weight exceeds u * total (tokens of zero weight are
+ * never drawn), or the first largest logit where T <= 0 (greedy, scored with T = 1).
+ * logprobs: log_softmax(logits / T) at the token. Two passes over each row: the max,
+ * then the weights' sums per block of 256 tokens; the draw then reads one block again.
+ * The sums run in another order than PyTorch's, so a draw within float rounding of a
+ * token boundary can land on the neighbouring token. */
+void sample_rows(const float *logits, const float *temperature, const float *u, int64_t rows,
+                 int64_t vocab, int64_t *tokens, float *logprobs) {
+    const int64_t blocks = (vocab + SAMPLE_BLOCK - 1) / SAMPLE_BLOCK;
+#pragma omp parallel if (rows * vocab > 65536)
+    {
+        float *sums = malloc(sizeof(float) * (size_t)blocks);
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            const float *x = logits + r * vocab;
+            const float t = temperature[r];
+            const int greedy = t <= 0.0f;
+            const float scale = greedy ? 1.0f : t; /* x / 1 is x: no special case needed */
+            float top = -INFINITY;
+#pragma omp simd reduction(max : top)
+            for (int64_t j = 0; j < vocab; j++) {
+                const float v = x[j] / scale;
+                top = v > top ? v : top;
+            }
+            float total = 0.0f;
+            for (int64_t b = 0; b < blocks; b++) {
+                const int64_t end = (b + 1) * SAMPLE_BLOCK < vocab ? (b + 1) * SAMPLE_BLOCK : vocab;
+                float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+                for (int64_t j = b * SAMPLE_BLOCK; j < end; j++) {
+                    const float v = x[j] / scale;
+                    sum += v == -INFINITY ? 0.0f : exp_approx(v - top);
+                }
+                sums[b] = sum;
+                total += sum;
+            }
+            int64_t token = 0;
+            if (greedy || !(total > 0.0f)) { /* (no finite logit: token 0, as argmax) */
+                while (token + 1 < vocab && x[token] != top) token++;
+            } else {
+                float target = u[r] * total, before = 0.0f;
+                int64_t b = 0;
+                while (b + 1 < blocks && !(before + sums[b] > target && sums[b] > 0.0f))
+                    before += sums[b++];
+                if (!(sums[b] > 0.0f)) { /* rounding put the target past the mass: its end */
+                    while (!(sums[b] > 0.0f)) b--;
+                    target = INFINITY;
+                }
+                const int64_t end = (b + 1) * SAMPLE_BLOCK < vocab ? (b + 1) * SAMPLE_BLOCK : vocab;
+                for (int64_t j = b * SAMPLE_BLOCK; j < end; j++) {
+                    const float v = x[j] / scale;
+                    const float w = v == -INFINITY ? 0.0f : exp_approx(v - top);
+                    if (!(w > 0.0f)) continue;
+                    token = j; /* the block's last token of weight when the target is past it */
+                    before += w;
+                    if (before > target) break;
+                }
+            }
+            tokens[r] = token;
+            logprobs[r] = x[token] / scale - (top + logf(total));
+        }
+        free(sums);
+    }
+}
+
 /* Sizes of one decode step for decode_layers (mirrored by a ctypes.Structure in
  * trinity/kernels/__init__.py). */
 typedef struct {

@@ -423,7 +423,13 @@ class TransformersEngine:
         while True:
             banned = self._banned(alive, params, stops, tokens_out, logits.size(-1))
             tokens, logprobs = sample_tokens(
-                logits, temperature, top_k, top_p, _groups(alive, generators), banned
+                logits,
+                temperature,
+                top_k,
+                top_p,
+                _groups(alive, generators),
+                banned,
+                kernels=None if self._fast is None else self._fast.sampler,
             )
             keep = []
             for j, (row, token, logprob) in enumerate(

@@ -50,9 +50,10 @@ from trinity.models.cpu_linear import (
 logger = logging.getLogger(__name__)
 
 _FIRST_CAPACITY = 256  # cache columns first allocated past the prompt; doubled as needed
-# bf16 decode steps attend with the C kernel, and with AMX matmuls run their whole layer
-# loop in C (False: SDPA in the Python loop, as the other paths do)
-ATTENTION_KERNEL = True
+# bf16 decode steps attend with the C kernel, run their whole layer loop in C when the
+# matmuls are on AMX, and draw their tokens with the C sampler (False: SDPA in the Python
+# loop and the tensor sampler, as the other paths do)
+C_STEP = True
 
 
 def unsupported_reason(model: nn.Module) -> str | None:
@@ -162,6 +163,12 @@ class LlamaDecoder:
         )
         self.refresh()
 
+    @property
+    def sampler(self) -> kernels.Kernels | None:
+        """The kernels that draw this decoder's tokens (:func:`sample_tokens`'s
+        ``kernels``), or None for the tensor sampler."""
+        return self.kernels if C_STEP else None
+
     def _weights(self) -> list[torch.Tensor]:
         return [w for layer in self.layers for w in layer.weights]
 
@@ -259,7 +266,7 @@ class LlamaDecoder:
         lib.add_rms_norm(
             x.data_ptr(), None, self.layers[0].norm1.data_ptr(), h.data_ptr(), rows, hidden, eps
         )
-        if self.amx and ATTENTION_KERNEL:  # the loop below in one C call, the same kernels
+        if self.amx and C_STEP:  # the loop below in one C call, the same kernels
             shape = kernels.DecodeShape(
                 layers=len(self.layers),
                 rows=rows,
@@ -306,7 +313,7 @@ class LlamaDecoder:
                 key_strides[1],
                 key_strides[2],
             )
-            if ATTENTION_KERNEL:
+            if C_STEP:
                 # the new token against columns 0 .. col of its row: SDPA's result in one
                 # pass over each kv head's cache (Kernels.decode_attention)
                 lib.decode_attention(

@@ -10,9 +10,12 @@ from a forward pass after dividing the logits by the same temperature.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
+
+if TYPE_CHECKING:
+    from trinity.kernels import Kernels
 
 FinishReason = Literal["stop", "length"]
 
@@ -116,6 +119,7 @@ def sample_tokens(
     top_p: torch.Tensor,
     generators: list[tuple[torch.Tensor, torch.Generator]],
     banned: torch.Tensor | None = None,
+    kernels: Kernels | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one token per row.
 
@@ -127,12 +131,24 @@ def sample_tokens(
         generators: (rows, generator) pairs covering every row; rows is a (G,) index tensor.
         banned: optional (B, V) bool, True for tokens that may not be sampled (applied
             before top-k / top-p so those keep their meaning among the allowed tokens).
+        kernels: the compiled CPU kernels, to draw rows with neither top-k, top-p nor
+            banned tokens in two passes over their logits (:func:`Kernels.sample_rows`)
+            instead of five tensor ops. The same uniform numbers pick the same tokens but
+            where float rounding of the sums puts a draw at a token boundary.
 
     Returns:
         tokens (B,) int64 and their logprobs (B,) float32 under log_softmax(logits / T),
         with T = 1 for greedy rows (see the module docstring).
     """
     greedy = temperature <= 0
+    plain = banned is None and bool((top_k <= 0).all()) and bool((top_p >= 1).all())
+    if kernels is not None and plain:
+        u = torch.zeros(logits.size(0))
+        for rows, generator in generators:  # the draws of the tensor path below
+            rows = rows[~greedy[rows]]
+            if rows.numel():
+                u[rows] = torch.rand(rows.numel(), generator=generator)
+        return kernels.sample_rows(logits.contiguous(), temperature.float().contiguous(), u)
     scale = torch.where(greedy, torch.ones_like(temperature), temperature)
     # dividing by 1 is exact: skip the pass over the logits when no row needs it
     scaled = logits if bool((scale == 1).all()) else logits / scale[:, None]

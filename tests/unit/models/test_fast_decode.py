@@ -93,7 +93,7 @@ def test_seeded_sampling_equals_transformers_path_and_repeats(pair, monkeypatch)
     # the tiny random model's next-token distributions are nearly flat: a bf16 rounding
     # of attention in another order moves some draws to a neighbouring token. Sampling is
     # compared with SDPA here; the kernel's tokens are compared greedily below.
-    monkeypatch.setattr(fast_decode, "ATTENTION_KERNEL", False)
+    monkeypatch.setattr(fast_decode, "C_STEP", False)
     params = SamplingParams(n=3, temperature=0.8, top_p=0.9, max_tokens=12, seed=5)
     first = fast.generate(PROMPTS, params)
     assert_same(fast.generate(PROMPTS, params), first, 0.0)
@@ -232,8 +232,8 @@ def test_the_c_decode_step_gives_the_python_loops_tokens(tiny_model_dir):
         params = SamplingParams(n=3, max_tokens=12, temperature=0, ignore_eos=True)
         kernel = engine.generate(PROMPTS, params)
         try:
-            fast_decode.ATTENTION_KERNEL = False
+            fast_decode.C_STEP = False
             python = engine.generate(PROMPTS, params)
         finally:
-            fast_decode.ATTENTION_KERNEL = True
+            fast_decode.C_STEP = True
     assert_same(kernel, python, TOLERANCE["bfloat16"])

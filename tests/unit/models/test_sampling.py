@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from trinity.models.sampling import filter_logits, sample_tokens
@@ -110,3 +111,61 @@ def test_greedy_row_ignores_its_generator():
             [(torch.arange(1), generator)],
         )
         assert tokens.tolist() == [1]
+
+
+def _kernels():
+    from trinity import kernels
+
+    lib = kernels.load()
+    if lib is None:
+        pytest.skip("no C compiler: the kernels are not built")
+    return lib
+
+
+def test_kernel_sampler_draws_the_tensor_samplers_tokens():
+    lib = _kernels()
+    rows, vocab = 24, 3000  # a vocabulary of whole blocks and a partial last one
+    gen = torch.Generator().manual_seed(1)
+    logits = torch.randn(rows, vocab, generator=gen) * 2
+    logits[0, :2900] = float("-inf")  # mass only in the last, partial block
+    logits[1, 100:] = float("-inf")  # mass only in the first block
+    logits[2, ::2] = float("-inf")  # zero-weight tokens in every block
+    temperature = torch.ones(rows)
+    temperature[3], temperature[4], temperature[5] = 0.5, 1.7, 0.0  # row 5 greedy
+    args = (temperature, torch.full((rows,), -1), torch.ones(rows))
+    same = total = 0
+    for seed in range(20):
+        groups = [(torch.arange(rows), torch.Generator().manual_seed(seed))]
+        want, want_lp = sample_tokens(logits, *args, groups)
+        groups = [(torch.arange(rows), torch.Generator().manual_seed(seed))]
+        got, got_lp = sample_tokens(logits, *args, groups, kernels=lib)
+        assert torch.isfinite(logits.gather(1, got[:, None])).all()  # never a -inf token
+        assert got[5] == logits[5].argmax()
+        match = got == want
+        same, total = same + int(match.sum()), total + rows
+        # log_softmax(logits / T) at the token, whichever was drawn
+        scaled = logits / torch.where(temperature > 0, temperature, 1.0)[:, None]
+        expected = scaled.log_softmax(-1).gather(1, got[:, None]).squeeze(-1)
+        torch.testing.assert_close(got_lp, expected, atol=1e-5, rtol=0)
+        torch.testing.assert_close(got_lp[match], want_lp[match], atol=1e-5, rtol=0)
+    # only draws within float rounding of a token boundary may differ
+    assert same >= 0.98 * total
+
+
+def test_kernel_sampler_frequencies_and_fallback_to_the_filters():
+    lib = _kernels()
+    rows = 20000
+    logits = torch.tensor([0.5, 0.3, 0.2, 0.0]).log().repeat(rows, 1)  # token 3: -inf
+    ones, no_k = torch.ones(rows), torch.full((rows,), -1)
+    generator = torch.Generator().manual_seed(0)
+    tokens, _ = sample_tokens(
+        logits, ones, no_k, ones, [(torch.arange(rows), generator)], None, lib
+    )
+    freq = torch.bincount(tokens, minlength=4).float() / rows
+    torch.testing.assert_close(freq, torch.tensor([0.5, 0.3, 0.2, 0.0]), atol=0.015, rtol=0)
+    # top-k (and top-p, banned tokens) keep the tensor path: still only tokens 0 and 1
+    top2 = torch.full((rows,), 2)
+    tokens, _ = sample_tokens(
+        logits, ones, top2, ones, [(torch.arange(rows), generator)], None, lib
+    )
+    assert set(tokens.tolist()) == {0, 1}
