@@ -78,7 +78,8 @@ _SIGNATURES = {
     "rms_norm_forward": [_P, _P, _P, _P, _I, _I, _F],
     "rms_norm_backward": [_P, _P, _P, _P, _P, _P, _I, _I],
     "amx_linear": [_P, _P, _P, _I, _I, _I, ctypes.c_int],
-    "decode_attention": [_P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I, _I, _F],
+    "decode_attention": [_P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I, _I, _F]
+    + [_P, _P, _P, _I, _I, _I],
     "sample_rows": [_P, _P, _P, _I, _I, _P, _P],
 }
 
@@ -102,11 +103,15 @@ class DecodeShape(ctypes.Structure):
             "row_stride",
             "head_stride",
             "mask_stride",
+            "prefix_len",
+            "prefix_layer_stride",
+            "prefix_row_stride",
+            "prefix_head_stride",
         )
     ] + [("eps", ctypes.c_float), ("scale", ctypes.c_float)]
 
 
-_SIGNATURES["decode_layers"] = [ctypes.POINTER(DecodeShape)] + [_P] * 16
+_SIGNATURES["decode_layers"] = [ctypes.POINTER(DecodeShape)] + [_P] * 19
 
 
 class KernelBuildError(RuntimeError):
@@ -255,21 +260,40 @@ class Kernels:
         values: torch.Tensor,
         steps: int,
         mask: torch.Tensor | None = None,
+        prefix: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """One new token per row attending to columns ``0 .. steps-1`` of its cache:
         q (rows, heads, dim), keys / values (rows, kv_heads, T, dim) (rows and heads may be
-        strided, each column's ``dim`` values contiguous), ``mask`` None or (rows, >= steps)
-        additive bf16 -> (rows, heads * dim) bf16, as ``scaled_dot_product_attention`` with
-        ``enable_gqa`` computes it."""
+        strided, each column's ``dim`` values contiguous) -> (rows, heads * dim) bf16, as
+        ``scaled_dot_product_attention`` with ``enable_gqa`` computes it.
+
+        ``prefix``: (keys, values, prompt_of): (prompts, kv_heads, P, dim) caches of
+        prompts that row r attends to first (prompt ``prompt_of[r]``), shared by the rows
+        that sample from the same prompt. ``mask``: None or additive bf16 over the first
+        segment: (prompts, >= P) over the prefix when there is one, else (rows, >=
+        steps) over the rows' own columns."""
         rows, heads, dim = q.shape
         kv_heads = keys.shape[1]
         _check(q, torch.bfloat16, "q")
         assert keys.dtype == values.dtype == torch.bfloat16 and keys.stride() == values.stride()
         assert keys.shape[0] == rows and keys.shape[3] == dim and heads % kv_heads == 0
         assert keys.stride(3) == 1 and keys.stride(2) == dim and 0 < steps <= keys.shape[2]
+        prefix_keys = prefix_values = prompt_of = None
+        prefix_len = prefix_row = prefix_head = 0
+        if prefix is not None:
+            prefix_keys, prefix_values, prompt_of = prefix
+            _check(prompt_of, torch.int64, "prompt_of")
+            assert prefix_keys.stride() == prefix_values.stride() and prompt_of.shape == (rows,)
+            assert prefix_keys.stride(3) == 1 and prefix_keys.stride(2) == dim
+            assert int(prompt_of.max()) < prefix_keys.shape[0]
+            prefix_len, prefix_row, prefix_head = (
+                prefix_keys.shape[2],
+                prefix_keys.stride(0),
+                prefix_keys.stride(1),
+            )
         if mask is not None:
             assert mask.dtype == torch.bfloat16 and mask.stride(1) == 1
-            assert mask.shape[0] == rows and mask.shape[1] >= steps
+            assert mask.shape[1] >= (prefix_len or steps)
         out = q.new_empty((rows, heads * dim))
         self.lib.decode_attention(
             _ptr(q),
@@ -286,6 +310,12 @@ class Kernels:
             keys.stride(1),
             0 if mask is None else mask.stride(0),
             dim**-0.5,
+            _ptr(prefix_keys),
+            _ptr(prefix_values),
+            _ptr(prompt_of),
+            prefix_len,
+            prefix_row,
+            prefix_head,
         )
         return out
 

@@ -390,21 +390,22 @@ static inline void attn_scores64(const bf16 *q, const bf16 *k, const bf16 *m, fl
     }
 }
 
-static inline void attn_values64(const float *p, const bf16 *v, const float *inv, bf16 *o,
-                                 int64_t steps, int64_t stride, const int group) {
+static inline void attn_values64(const float *p, const bf16 *v0, int64_t n0, const bf16 *v1,
+                                 int64_t n1, const float *inv, bf16 *o, int64_t stride,
+                                 const int group) {
     __m512 acc[ATTN_FAST_GROUP][4];
     for (int g = 0; g < group; g++)
         for (int c = 0; c < 4; c++) acc[g][c] = _mm512_setzero_ps();
-    for (int64_t t = 0; t < steps; t++) {
-        const bf16 *vt = v + t * 64;
-        const __m512 v0 = bf16x16(vt), v1 = bf16x16(vt + 16), v2 = bf16x16(vt + 32),
-                     v3 = bf16x16(vt + 48);
+    for (int64_t t = 0; t < n0 + n1; t++) { /* the two segments' columns in order */
+        const bf16 *vt = t < n0 ? v0 + t * 64 : v1 + (t - n0) * 64;
+        const __m512 a = bf16x16(vt), b = bf16x16(vt + 16), c = bf16x16(vt + 32),
+                     d = bf16x16(vt + 48);
         for (int g = 0; g < group; g++) {
             const __m512 w = _mm512_set1_ps(p[g * stride + t]);
-            acc[g][0] = _mm512_fmadd_ps(w, v0, acc[g][0]);
-            acc[g][1] = _mm512_fmadd_ps(w, v1, acc[g][1]);
-            acc[g][2] = _mm512_fmadd_ps(w, v2, acc[g][2]);
-            acc[g][3] = _mm512_fmadd_ps(w, v3, acc[g][3]);
+            acc[g][0] = _mm512_fmadd_ps(w, a, acc[g][0]);
+            acc[g][1] = _mm512_fmadd_ps(w, b, acc[g][1]);
+            acc[g][2] = _mm512_fmadd_ps(w, c, acc[g][2]);
+            acc[g][3] = _mm512_fmadd_ps(w, d, acc[g][3]);
         }
     }
     for (int g = 0; g < group; g++) {
@@ -416,32 +417,56 @@ static inline void attn_values64(const float *p, const bf16 *v, const float *inv
 }
 #endif
 
+/* The scores scale * q.k + mask of one (row, kv head) over n columns, plain loops. */
+static void attn_scores_plain(const float *qf, const bf16 *k, const bf16 *m, float *scores,
+                              int64_t n, int64_t stride, int64_t group, int64_t dim,
+                              float scale) {
+    for (int64_t t = 0; t < n; t++) {
+        const bf16 *kt = k + t * dim;
+        const float bias = m ? bf2f(m[t]) : 0.0f;
+        for (int64_t g = 0; g < group; g++) {
+            const float *qg = qf + g * dim;
+            float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+            for (int64_t j = 0; j < dim; j++) dot += qg[j] * bf2f(kt[j]);
+            scores[g * stride + t] = dot * scale + bias;
+        }
+    }
+}
+
 /* Attention of one new token per row over its cached keys and values (a decode step).
  *
  * q: (rows, heads, dim); out: (rows, heads * dim). keys, values: one layer's cache at
  * (row 0, kv head 0, column 0); row r, kv head h, column t at r * row_stride +
- * h * head_stride + t * dim. Columns 0 .. steps-1 are attended; mask is NULL or
- * (rows, mask_stride) additive bf16 (-inf at padding, never at the last column). Query
- * head j reads kv head j / (heads / kv_heads), so each kv head's keys and values are read
+ * h * head_stride + t * dim; columns 0 .. steps-1 are attended. With prefix_len > 0 each
+ * row first attends to the prefix_len columns of its prompt prefix_of[r] in
+ * prefix_keys / prefix_values (strides prefix_row_stride, prefix_head_stride): the
+ * prompt's keys and values kept once for all the rows that sample from it. mask is NULL
+ * or additive bf16 (-inf at padding) over the first segment: the prefix, row
+ * prefix_of[r] of (prompts, mask_stride), when there is one, else row r of (rows,
+ * mask_stride) over the row's own columns; the last column is never masked. Query head
+ * j reads kv head j / (heads / kv_heads), so each kv head's keys and values are read
  * once for its group of query heads. As PyTorch's CPU flash attention does for bf16:
- * scores scale * q.k + mask and their softmax in float32, the unnormalised probabilities
- * rounded to bf16 where they weight the values, the float32 sum divided out at the end.
- * Head size 64 with up to 4 query heads per kv head has a register-blocked AVX-512 path;
- * other shapes take plain loops. */
+ * scores scale * q.k + mask and their softmax in float32, the unnormalised
+ * probabilities rounded to bf16 where they weight the values, the float32 sum divided
+ * out at the end. Head size 64 with up to 4 query heads per kv head has a
+ * register-blocked AVX-512 path; other shapes take plain loops. */
 void decode_attention(const bf16 *q, const bf16 *keys, const bf16 *values, const bf16 *mask,
                       bf16 *out, int64_t rows, int64_t heads, int64_t kv_heads, int64_t dim,
                       int64_t steps, int64_t row_stride, int64_t head_stride,
-                      int64_t mask_stride, float scale) {
-    const int64_t group = heads / kv_heads;
+                      int64_t mask_stride, float scale, const bf16 *prefix_keys,
+                      const bf16 *prefix_values, const int64_t *prefix_of, int64_t prefix_len,
+                      int64_t prefix_row_stride, int64_t prefix_head_stride) {
+    const int64_t group = heads / kv_heads, columns = prefix_len + steps;
     /* each query head's scores padded with -inf to a multiple of 32 columns, so the
      * softmax loop runs whole vectors */
-    const int64_t stride = (steps + 31) & ~(int64_t)31;
+    const int64_t stride = (columns + 31) & ~(int64_t)31;
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
     const int fast = dim == ATTN_FAST_DIM && group <= ATTN_FAST_GROUP;
 #else
     const int fast = 0;
 #endif
-#pragma omp parallel if (rows * heads * steps * dim > 32768)
+#pragma omp parallel if (rows * heads * columns * dim > 32768)
     {
         float *scores = malloc(sizeof(float) * (size_t)(group * stride));
         float *acc = malloc(sizeof(float) * (size_t)(group * dim));
@@ -450,38 +475,40 @@ void decode_attention(const bf16 *q, const bf16 *keys, const bf16 *values, const
 #pragma omp for schedule(static)
         for (int64_t task = 0; task < rows * kv_heads; task++) {
             const int64_t r = task / kv_heads, h = task % kv_heads;
-            const bf16 *k = keys + r * row_stride + h * head_stride;
-            const bf16 *v = values + r * row_stride + h * head_stride;
-            const bf16 *m = mask ? mask + r * mask_stride : NULL;
+            const int64_t p = prefix_len > 0 ? prefix_of[r] : 0;
+            const int64_t at = p * prefix_row_stride + h * prefix_head_stride;
+            const bf16 *k0 = prefix_len > 0 ? prefix_keys + at : NULL;
+            const bf16 *v0 = prefix_len > 0 ? prefix_values + at : NULL;
+            const bf16 *k1 = keys + r * row_stride + h * head_stride;
+            const bf16 *v1 = values + r * row_stride + h * head_stride;
+            const bf16 *m0 = mask && prefix_len > 0 ? mask + p * mask_stride : NULL;
+            const bf16 *m1 = mask && prefix_len == 0 ? mask + r * mask_stride : NULL;
             const bf16 *qr = q + (r * heads + h * group) * dim;
             bf16 *o = out + (r * heads + h * group) * dim;
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
             if (fast) {
                 switch (group) { /* constant groups: the blocks unroll into registers */
-                case 1: attn_scores64(qr, k, m, scores, steps, stride, scale, 1); break;
-                case 2: attn_scores64(qr, k, m, scores, steps, stride, scale, 2); break;
-                case 3: attn_scores64(qr, k, m, scores, steps, stride, scale, 3); break;
-                default: attn_scores64(qr, k, m, scores, steps, stride, scale, 4); break;
+#define ATTN_SCORES(G)                                                                     \
+    attn_scores64(qr, k0, m0, scores, prefix_len, stride, scale, G);                       \
+    attn_scores64(qr, k1, m1, scores + prefix_len, steps, stride, scale, G);               \
+    break
+                case 1: ATTN_SCORES(1);
+                case 2: ATTN_SCORES(2);
+                case 3: ATTN_SCORES(3);
+                default: ATTN_SCORES(4);
+#undef ATTN_SCORES
                 }
             }
 #endif
             if (!fast) {
                 for (int64_t j = 0; j < group * dim; j++) qf[j] = bf2f(qr[j]);
-                for (int64_t t = 0; t < steps; t++) {
-                    const bf16 *kt = k + t * dim;
-                    const float bias = m ? bf2f(m[t]) : 0.0f;
-                    for (int64_t g = 0; g < group; g++) {
-                        const float *qg = qf + g * dim;
-                        float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-                        for (int64_t j = 0; j < dim; j++) dot += qg[j] * bf2f(kt[j]);
-                        scores[g * stride + t] = dot * scale + bias;
-                    }
-                }
+                attn_scores_plain(qf, k0, m0, scores, prefix_len, stride, group, dim, scale);
+                attn_scores_plain(qf, k1, m1, scores + prefix_len, steps, stride, group, dim,
+                                  scale);
             }
             for (int64_t g = 0; g < group; g++) {
                 float *s = scores + g * stride, top = -INFINITY, sum = 0.0f;
-                for (int64_t t = steps; t < stride; t++) s[t] = -INFINITY;
+                for (int64_t t = columns; t < stride; t++) s[t] = -INFINITY;
 #pragma omp simd reduction(max : top)
                 for (int64_t t = 0; t < stride; t++) top = s[t] > top ? s[t] : top;
 #pragma omp simd reduction(+ : sum)
@@ -495,22 +522,22 @@ void decode_attention(const bf16 *q, const bf16 *keys, const bf16 *values, const
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
             if (fast) {
                 switch (group) {
-                case 1: attn_values64(scores, v, inv, o, steps, stride, 1); break;
-                case 2: attn_values64(scores, v, inv, o, steps, stride, 2); break;
-                case 3: attn_values64(scores, v, inv, o, steps, stride, 3); break;
-                default: attn_values64(scores, v, inv, o, steps, stride, 4); break;
+                case 1: attn_values64(scores, v0, prefix_len, v1, steps, inv, o, stride, 1); break;
+                case 2: attn_values64(scores, v0, prefix_len, v1, steps, inv, o, stride, 2); break;
+                case 3: attn_values64(scores, v0, prefix_len, v1, steps, inv, o, stride, 3); break;
+                default: attn_values64(scores, v0, prefix_len, v1, steps, inv, o, stride, 4); break;
                 }
                 continue;
             }
 #endif
             memset(acc, 0, sizeof(float) * (size_t)(group * dim));
-            for (int64_t t = 0; t < steps; t++) {
-                const bf16 *vt = v + t * dim;
+            for (int64_t t = 0; t < columns; t++) {
+                const bf16 *vt = t < prefix_len ? v0 + t * dim : v1 + (t - prefix_len) * dim;
                 for (int64_t g = 0; g < group; g++) {
-                    const float p = scores[g * stride + t];
+                    const float w = scores[g * stride + t];
                     float *ag = acc + g * dim;
 #pragma omp simd
-                    for (int64_t j = 0; j < dim; j++) ag[j] += p * bf2f(vt[j]);
+                    for (int64_t j = 0; j < dim; j++) ag[j] += w * bf2f(vt[j]);
                 }
             }
             for (int64_t g = 0; g < group; g++)
@@ -524,17 +551,6 @@ void decode_attention(const bf16 *q, const bf16 *keys, const bf16 *values, const
     }
 }
 
-/* Decode-sized bf16 linear layers on AMX (Intel's tile matrix unit).
- *
- * out (M, N) = x (M, K) @ W^T, W (N, K) prepacked as the tile unit reads it: for each
- * block of 16 output columns and 32 inputs, 16 rows of (16 columns x 2 consecutive
- * inputs), 1 KiB per tile, the blocks of one column block back to back (amx_pack in
- * trinity/kernels/__init__.py). Two column blocks at a time share each 32-input slice
- * of x; up to 32 rows of x (two row tiles) ride along, so each weight tile is read from
- * memory once per call for M <= 32 and kept in cache for the further row blocks. The
- * products accumulate in float32 and are rounded to bf16 once, as oneDNN's bf16 matmul
- * does (the tests find the same bits for M <= 32). Built only when the compiler targets
- * AMX; amx_available() then also asks the kernel for the tile state (once per process). */
 #define SAMPLE_BLOCK 256
 
 /* One token per row from softmax(logits / T) over the whole vocabulary, as
@@ -609,6 +625,7 @@ void sample_rows(const float *logits, const float *temperature, const float *u, 
 typedef struct {
     int64_t layers, rows, hidden, heads, kv_heads, dim, inter;
     int64_t column, layer_stride, row_stride, head_stride, mask_stride;
+    int64_t prefix_len, prefix_layer_stride, prefix_row_stride, prefix_head_stride;
     float eps, scale;
 } decode_shape;
 
@@ -720,13 +737,16 @@ void amx_linear(const bf16 *x, const bf16 *packed, void *out, int64_t M, int64_t
  * weights per layer (q|k|v, o, gate|up, down) as amx_pack lays them out. norms: per
  * layer the input and post-attention norm weights, then the final norm. keys / values:
  * the caches at (layer 0, row 0, kv head 0, column 0), a layer every layer_stride
- * elements; rows, kv heads and columns as rope_kv and decode_attention read them. The
+ * elements; rows, kv heads and columns as rope_kv and decode_attention read them, and
+ * with prefix_len > 0 the prompts' shared prefix_keys / prefix_values (a layer every
+ * prefix_layer_stride elements, row prefix_of[r] for row r) attended first. The
  * scratch buffers hold one step's rows: qkv (rows, (heads + 2 kv_heads) dim), q and attn
  * (rows, heads dim), delta (rows, hidden), gate_up (rows, 2 inter), act (rows, inter). */
 void decode_layers(const decode_shape *shape, const bf16 *const *packed, const bf16 *const *norms,
                    bf16 *x, bf16 *h, const int64_t *positions, const bf16 *cos, const bf16 *sin,
-                   bf16 *keys, bf16 *values, const bf16 *mask, bf16 *qkv, bf16 *q, bf16 *attn,
-                   bf16 *delta, bf16 *gate_up, bf16 *act) {
+                   bf16 *keys, bf16 *values, const bf16 *mask, const bf16 *prefix_keys,
+                   const bf16 *prefix_values, const int64_t *prefix_of, bf16 *qkv, bf16 *q,
+                   bf16 *attn, bf16 *delta, bf16 *gate_up, bf16 *act) {
     const decode_shape d = *shape;
     const int64_t width = d.heads * d.dim, qkv_width = (d.heads + 2 * d.kv_heads) * d.dim;
     for (int64_t l = 0; l < d.layers; l++) {
@@ -735,8 +755,12 @@ void decode_layers(const decode_shape *shape, const bf16 *const *packed, const b
         amx_linear(h, w[0], qkv, d.rows, qkv_width, d.hidden, 0);
         rope_kv(qkv, positions, cos, sin, q, k + d.column * d.dim, v + d.column * d.dim, d.rows,
                 d.heads, d.kv_heads, d.dim, d.row_stride, d.head_stride);
+        const int64_t prefix = l * d.prefix_layer_stride;
         decode_attention(q, k, v, mask, attn, d.rows, d.heads, d.kv_heads, d.dim, d.column + 1,
-                         d.row_stride, d.head_stride, d.mask_stride, d.scale);
+                         d.row_stride, d.head_stride, d.mask_stride, d.scale,
+                         d.prefix_len > 0 ? prefix_keys + prefix : NULL,
+                         d.prefix_len > 0 ? prefix_values + prefix : NULL, prefix_of,
+                         d.prefix_len, d.prefix_row_stride, d.prefix_head_stride);
         amx_linear(attn, w[1], delta, d.rows, d.hidden, width, 0);
         add_rms_norm(x, delta, norms[2 * l + 1], h, d.rows, d.hidden, d.eps);
         amx_linear(h, w[2], gate_up, d.rows, 2 * d.inter, d.hidden, 0);
@@ -750,11 +774,12 @@ int amx_available(void) { return 0; }
 
 void decode_layers(const decode_shape *shape, const bf16 *const *packed, const bf16 *const *norms,
                    bf16 *x, bf16 *h, const int64_t *positions, const bf16 *cos, const bf16 *sin,
-                   bf16 *keys, bf16 *values, const bf16 *mask, bf16 *qkv, bf16 *q, bf16 *attn,
-                   bf16 *delta, bf16 *gate_up, bf16 *act) {
+                   bf16 *keys, bf16 *values, const bf16 *mask, const bf16 *prefix_keys,
+                   const bf16 *prefix_values, const int64_t *prefix_of, bf16 *qkv, bf16 *q,
+                   bf16 *attn, bf16 *delta, bf16 *gate_up, bf16 *act) {
     (void)shape, (void)packed, (void)norms, (void)x, (void)h, (void)positions, (void)cos;
-    (void)sin, (void)keys, (void)values, (void)mask, (void)qkv, (void)q, (void)attn;
-    (void)delta, (void)gate_up, (void)act;
+    (void)sin, (void)keys, (void)values, (void)mask, (void)prefix_keys, (void)prefix_values;
+    (void)prefix_of, (void)qkv, (void)q, (void)attn, (void)delta, (void)gate_up, (void)act;
 }
 
 void amx_linear(const bf16 *x, const bf16 *packed, void *out, int64_t M, int64_t N,

@@ -255,8 +255,17 @@ class LlamaDecoder:
         # byte offset of (layer, row 0, kv head 0, this column) in the caches
         column_bytes = col * key_strides[3] * keys.element_size()
         layer_bytes = key_strides[0] * keys.element_size()
-        mask = batch.mask  # (B, capacity) additive, or None
+        mask = batch.mask  # additive over the prompts' (shared) or the rows' columns, or None
         mask_ptr, mask_stride = (None, 0) if mask is None else (mask.data_ptr(), mask.stride(0))
+        shared = batch.shared  # the prompts' keys and values, once per prompt
+        prefix_keys, prefix_values, prompt_of = batch.prompt_keys, batch.prompt_values, None
+        prefix_len = prefix_strides = 0
+        if shared:
+            prompt_of = batch.prompt_of.data_ptr()
+            prefix_len, prefix_strides = prefix_keys.size(3), prefix_keys.stride()
+        prefix_ptrs = (
+            (None, None) if not shared else (prefix_keys.data_ptr(), prefix_values.data_ptr())
+        )
         x = F.embedding(tokens, self.embed)  # (B, H), the residual stream, updated in place
         h = torch.empty_like(x)
         q = x.new_empty((rows, self.heads, self.head_dim))
@@ -280,6 +289,10 @@ class LlamaDecoder:
                 row_stride=key_strides[1],
                 head_stride=key_strides[2],
                 mask_stride=mask_stride,
+                prefix_len=prefix_len,
+                prefix_layer_stride=prefix_strides[0] if shared else 0,
+                prefix_row_stride=prefix_strides[1] if shared else 0,
+                prefix_head_stride=prefix_strides[2] if shared else 0,
                 eps=eps,
                 scale=scale,
             )
@@ -291,6 +304,8 @@ class LlamaDecoder:
                 self._norm_ptrs,
                 *(t.data_ptr() for t in (x, h, positions, self.cos, self.sin, keys, values)),
                 mask_ptr,
+                *prefix_ptrs,
+                prompt_of,
                 *(t.data_ptr() for t in (qkv, q, attn, delta, gate_up, act)),
             )
             return h
@@ -313,9 +328,11 @@ class LlamaDecoder:
                 key_strides[1],
                 key_strides[2],
             )
-            if C_STEP:
-                # the new token against columns 0 .. col of its row: SDPA's result in one
-                # pass over each kv head's cache (Kernels.decode_attention)
+            if shared or C_STEP:
+                # the new token against its prompt's columns and columns 0 .. col of its
+                # row: SDPA's result in one pass over each kv head's cache
+                # (Kernels.decode_attention)
+                prefix_bytes = index * prefix_strides[0] * 2 if shared else 0
                 lib.decode_attention(
                     q.data_ptr(),
                     keys.data_ptr() + index * layer_bytes,
@@ -331,6 +348,11 @@ class LlamaDecoder:
                     key_strides[2],
                     mask_stride,
                     scale,
+                    *(None if ptr is None else ptr + prefix_bytes for ptr in prefix_ptrs),
+                    prompt_of,
+                    prefix_len,
+                    prefix_strides[1] if shared else 0,
+                    prefix_strides[2] if shared else 0,
                 )
             else:
                 attn = F.scaled_dot_product_attention(
@@ -377,37 +399,62 @@ class LlamaDecoder:
         Returns:
             the batch, and (E, V) float32 next-token logits of each prompt.
         """
-        batch = DecodeBatch(self, mask.bool().index_select(0, rows), new_tokens)
+        batch = DecodeBatch(self, mask.bool(), rows, new_tokens)
         logits = batch.prefill(input_ids, mask.bool(), rows)
         return batch, logits
 
 
 class DecodeBatch:
-    """The KV cache and positions of the rows of one decode batch."""
+    """The KV cache and positions of the rows of one decode batch.
 
-    def __init__(self, decoder: LlamaDecoder, mask: torch.Tensor, new_tokens: int) -> None:
-        """``mask``: (B, P) True where each row's prompt has a real token."""
+    With the C decode step (``C_STEP``, bf16 with the fused kernels) the prompts' keys and
+    values are kept once per prompt (``prompt_keys``, rows attend to prompt
+    ``prompt_of[r]`` first) and each row's cache holds only its generated tokens, so the
+    n rows sampling from one prompt read its columns once per step, not n times.
+    Otherwise each row's cache starts with a copy of its prompt's columns (SDPA reads
+    one contiguous cache per row)."""
+
+    def __init__(
+        self, decoder: LlamaDecoder, mask: torch.Tensor, rows: torch.Tensor, new_tokens: int
+    ) -> None:
+        """``mask``: (E, P) True where each prompt has a real token; ``rows``: (B,) the
+        prompt of each decode row."""
         self.d = decoder
-        batch, width = mask.shape
-        self.column = width  # cache column the next token is written to
-        capacity = width + min(new_tokens, _FIRST_CAPACITY)
-        shape = (len(decoder.layers), batch, decoder.kv_heads, capacity, decoder.head_dim)
+        prompts, width = mask.shape
+        batch = rows.numel()
+        self.fused = decoder.kernels is not None
+        self.shared = self.fused and C_STEP
+        self.prompt_of = rows.contiguous()
+        self.prompt_keys = self.prompt_values = None
+        layers, kv_heads, dim = len(decoder.layers), decoder.kv_heads, decoder.head_dim
+        if self.shared:
+            shape = (layers, prompts, kv_heads, width, dim)
+            self.prompt_keys = torch.empty(shape, dtype=decoder.dtype)
+            self.prompt_values = torch.empty(shape, dtype=decoder.dtype)
+        self.column = 0 if self.shared else width  # cache column the next token goes to
+        capacity = self.column + min(new_tokens, _FIRST_CAPACITY)
+        shape = (layers, batch, kv_heads, capacity, dim)
         self.keys = torch.empty(shape, dtype=decoder.dtype)
         self.values = torch.empty(shape, dtype=decoder.dtype)
-        self.positions = mask.sum(-1)  # (B,) position of the next token of each row
-        self.fused = decoder.kernels is not None
-        # (B, capacity) additive: -inf at padding, 0 elsewhere; None: no padding. SDPA
-        # would turn a bool mask into this form again in every layer.
+        self.positions = mask.sum(-1).index_select(0, rows)  # (B,) position of the next token
+        # additive: -inf at padding, 0 elsewhere; None: no padding. SDPA would turn a bool
+        # mask into this form again in every layer. Shared: (E, P) over the prompts'
+        # columns; else (B, capacity) over each row's cache.
         self.mask = None
         if not bool(mask.all()):
-            self.mask = torch.zeros((batch, capacity), dtype=decoder.dtype)
-            self.mask[:, :width].masked_fill_(~mask, float("-inf"))
+            if self.shared:
+                self.mask = torch.zeros((prompts, width), dtype=decoder.dtype)
+                self.mask.masked_fill_(~mask, float("-inf"))
+            else:
+                self.mask = torch.zeros((batch, capacity), dtype=decoder.dtype)
+                self.mask[:, :width].masked_fill_(~mask.index_select(0, rows), float("-inf"))
 
     def prefill(
         self, input_ids: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor
     ) -> torch.Tensor:
-        """Run the (E, P) prompts, fill the cache's first P columns of each row from its
-        prompt (``rows``: (B,) prompt index), return the (E, V) last-position logits."""
+        """Run the (E, P) prompts, keep each prompt's keys and values (once, or in the first
+        P columns of each row that samples from it: ``rows`` (B,) prompt index), return
+        the (E, V) last-position logits."""
         d = self.d
         prompts, width = input_ids.shape
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -420,8 +467,12 @@ class DecodeBatch:
 
         def attend(index: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             q, k, v = (t.view(prompts, width, -1, d.head_dim).transpose(1, 2) for t in (q, k, v))
-            self.keys[index, :, :, :width] = k.index_select(0, rows)
-            self.values[index, :, :, :width] = v.index_select(0, rows)
+            if self.shared:
+                self.prompt_keys[index] = k  # type: ignore[index]
+                self.prompt_values[index] = v  # type: ignore[index]
+            else:
+                self.keys[index, :, :, :width] = k.index_select(0, rows)
+                self.values[index, :, :, :width] = v.index_select(0, rows)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=True)
             return out.transpose(1, 2).reshape(prompts * width, -1)
 
@@ -434,13 +485,14 @@ class DecodeBatch:
         n = kept.numel()
         # rows before the first finished one stay where they are
         moved = (kept != torch.arange(n)).nonzero()
-        if moved.numel():
+        if moved.numel() and used:
             first = int(moved[0])
             for cache in (self.keys, self.values):
                 cache[:, first:n, :, :used] = cache[:, kept[first:], :, :used]
         self.keys, self.values = self.keys[:, :n], self.values[:, :n]
         self.positions = self.positions[kept]
-        if self.mask is not None:
+        self.prompt_of = self.prompt_of[kept]
+        if self.mask is not None and not self.shared:
             self.mask = self.mask[kept]
 
     def _grow(self) -> None:
@@ -450,7 +502,7 @@ class DecodeBatch:
             new = old.new_empty((*old.shape[:3], capacity, old.size(4)))
             new[:, :, :, : self.column] = old[:, :, :, : self.column]
             setattr(self, name, new)
-        if self.mask is not None:
+        if self.mask is not None and not self.shared:
             self.mask = torch.cat([self.mask, torch.zeros_like(self.mask)], dim=1)
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -458,7 +510,6 @@ class DecodeBatch:
         if self.column == self.keys.size(3):
             self._grow()
         col = self.column
-        mask = None if self.mask is None else self.mask[:, None, None, : col + 1]
 
         def attend(index: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             keys, values = self.keys[index], self.values[index]  # (B, kv_heads, T, d)
@@ -469,7 +520,7 @@ class DecodeBatch:
                 q[:, :, None],
                 keys[:, :, : col + 1],
                 values[:, :, : col + 1],
-                attn_mask=mask,
+                attn_mask=None if self.mask is None else self.mask[:, None, None, : col + 1],
                 enable_gqa=True,
             )
             return out.reshape(q.size(0), -1)

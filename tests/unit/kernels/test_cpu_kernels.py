@@ -296,3 +296,25 @@ def test_decode_attention_is_sdpa_within_its_rounding(
     # the rows without padding, with no mask at all
     no_mask = K.decode_attention(q[1::3].contiguous(), keys[1::3], values[1::3], steps)
     assert torch.equal(no_mask, got[1::3])
+
+
+@pytest.mark.parametrize("dim", [64, 16])
+def test_decode_attention_over_a_shared_prompt_equals_a_copy_per_row(dim: int) -> None:
+    prompts, rows, heads, kv_heads, width, steps = 3, 8, 9, 3, 37, 21
+    prompt_keys = bf16(prompts, kv_heads, width, dim, seed=10, scale=2.0)
+    prompt_values = bf16(prompts, kv_heads, width, dim, seed=11)
+    keys = bf16(rows, kv_heads, 32, dim, seed=12, scale=2.0)  # each row's own columns
+    values = bf16(rows, kv_heads, 32, dim, seed=13)
+    q = bf16(rows, heads, dim, seed=14, scale=2.0)
+    prompt_of = torch.tensor([0, 0, 2, 1, 1, 1, 2, 0])
+    mask = torch.zeros(prompts, width, dtype=torch.bfloat16)
+    mask[1, :5] = float("-inf")  # prompt 1 is left-padded
+    got = K.decode_attention(
+        q, keys, values, steps, mask, prefix=(prompt_keys, prompt_values, prompt_of)
+    )
+    # the same rows with their prompt's columns copied in front of their own
+    copied_keys = torch.cat([prompt_keys[prompt_of], keys[:, :, :steps]], dim=2)
+    copied_values = torch.cat([prompt_values[prompt_of], values[:, :, :steps]], dim=2)
+    row_mask = torch.cat([mask[prompt_of], torch.zeros(rows, steps, dtype=torch.bfloat16)], 1)
+    want = K.decode_attention(q, copied_keys, copied_values, width + steps, row_mask)
+    assert torch.equal(got, want)
