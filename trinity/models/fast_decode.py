@@ -33,6 +33,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+import os
 from collections.abc import Callable
 
 import torch
@@ -51,9 +52,10 @@ logger = logging.getLogger(__name__)
 
 _FIRST_CAPACITY = 256  # cache columns first allocated past the prompt; doubled as needed
 # bf16 decode steps attend with the C kernel, run their whole layer loop in C when the
-# matmuls are on AMX, and draw their tokens with the C sampler (False: SDPA in the Python
-# loop and the tensor sampler, as the other paths do)
-C_STEP = True
+# matmuls are on AMX, and draw their tokens with the C sampler (False, or the environment
+# variable TRINITY_DECODE_C_STEP=0: SDPA in the Python loop and the tensor sampler, as
+# the other paths do)
+C_STEP = os.environ.get("TRINITY_DECODE_C_STEP", "1").lower() not in ("0", "false", "no", "off")
 
 
 def unsupported_reason(model: nn.Module) -> str | None:
