@@ -690,9 +690,16 @@ void amx_linear(const bf16 *x, const bf16 *packed, void *out, int64_t M, int64_t
                 _tile_zero(6);
                 _tile_zero(7);
                 for (int64_t s = 0; s < slices; s++) {
-                    if (m0 == 0 && s + AMX_PREFETCH < slices) {
+                    const int64_t ahead = s + AMX_PREFETCH - slices;
+                    if (m0 == 0 && ahead < 0) {
                         amx_prefetch(b0 + (s + AMX_PREFETCH) * 512);
                         amx_prefetch(b1 + (s + AMX_PREFETCH) * 512);
+                    } else if (m0 == 0 && pair + 1 < (blocks + 1) / 2 && ahead < slices) {
+                        /* the first tiles of the next pair, this thread's next under the
+                         * static schedule: no stall at the start of each pair */
+                        const bf16 *next = packed + 2 * (pair + 1) * slices * 512;
+                        amx_prefetch(next + ahead * 512);
+                        if (N - 32 * (pair + 1) > 16) amx_prefetch(next + (slices + ahead) * 512);
                     }
                     _tile_loadd(2, b0 + s * 512, 64);
                     _tile_loadd(3, b1 + s * 512, 64);
