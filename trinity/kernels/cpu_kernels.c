@@ -485,6 +485,17 @@ void decode_attention(const bf16 *q, const bf16 *keys, const bf16 *values, const
             const bf16 *m1 = mask && prefix_len == 0 ? mask + r * mask_stride : NULL;
             const bf16 *qr = q + (r * heads + h * group) * dim;
             bf16 *o = out + (r * heads + h * group) * dim;
+            if (task + 1 < rows * kv_heads) { /* the next task's own columns (this thread's
+                                                 next under the static schedule) */
+                const int64_t nr = (task + 1) / kv_heads, nh = (task + 1) % kv_heads;
+                const char *nk = (const char *)(keys + nr * row_stride + nh * head_stride);
+                const char *nv = (const char *)(values + nr * row_stride + nh * head_stride);
+                const int64_t bytes = steps * dim * (int64_t)sizeof(bf16);
+                for (int64_t at = 0; at < bytes && at < 16384; at += 64) {
+                    __builtin_prefetch(nk + at);
+                    __builtin_prefetch(nv + at);
+                }
+            }
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
             if (fast) {
                 switch (group) { /* constant groups: the blocks unroll into registers */
