@@ -83,7 +83,6 @@ def main() -> int:
     if args.tokens < 1 or args.repeats < 1 or min(args.batch) < 1:
         parser.error("--tokens, --repeats and every --batch must be >= 1")
 
-    from trinity.models import fast_decode
     from trinity.models.engine import TransformersEngine
     from trinity.models.resolve import DEFAULT_MODEL, resolve_model_path
     from trinity.models.sampling import SamplingParams
@@ -109,9 +108,7 @@ def main() -> int:
     prompt = engine.apply_chat_template([{"role": "user", "content": "What is 17 + 25?"}])
     context = len(prompt) + args.tokens / 2  # mean context length over the decode
     # the C decode step keeps the prompt's keys and values once for all its rows
-    shared_prompt = engine.decode_path == "fused-llama" and engine.run_in_worker(
-        lambda: engine._fast.kernels is not None and fast_decode.C_STEP
-    )
+    shared_prompt = engine._fast is not None and engine._fast.c_step
     print(
         f"model {model_dir.name} ({args.dtype}): {weights / 2**20:.0f} MiB of weights read per "
         f"decode step, {kv_token / 1024:.1f} KiB of KV cache per token; prompt {len(prompt)} "

@@ -417,6 +417,41 @@ static inline void attn_values64(const float *p, const bf16 *v0, int64_t n0, con
 }
 #endif
 
+/* Softmax of each query head's scores (stride apart, columns used, the rest padding set
+ * to -inf here): exp(s - max) in float32, rounded to bf16 in place; inv[g] = 1 / the
+ * float32 sum. */
+static void attn_softmax(float *scores, float *inv, int64_t group, int64_t columns,
+                         int64_t stride) {
+    for (int64_t g = 0; g < group; g++) {
+        float *s = scores + g * stride, top = -INFINITY, sum = 0.0f;
+        for (int64_t t = columns; t < stride; t++) s[t] = -INFINITY;
+#pragma omp simd reduction(max : top)
+        for (int64_t t = 0; t < stride; t++) top = s[t] > top ? s[t] : top;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t t = 0; t < stride; t++) {
+            const float e = s[t] == -INFINITY ? 0.0f : exp_approx(s[t] - top);
+            sum += e;
+            s[t] = bf2f(f2bf(e));
+        }
+        inv[g] = 1.0f / sum;
+    }
+}
+
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+/* One (row, kv head) of decode_attention with dim 64: the segment of n0 shared columns
+ * (k0, v0, mask m0) then the row's own n1 (k1, v1, mask m1). ``group`` is a constant at
+ * each call, so the register blocks unroll. */
+static inline void attn_task64(const bf16 *q, const bf16 *k0, const bf16 *v0, const bf16 *m0,
+                               int64_t n0, const bf16 *k1, const bf16 *v1, const bf16 *m1,
+                               int64_t n1, float *scores, float *inv, bf16 *o, int64_t stride,
+                               float scale, const int group) {
+    attn_scores64(q, k0, m0, scores, n0, stride, scale, group);
+    attn_scores64(q, k1, m1, scores + n0, n1, stride, scale, group);
+    attn_softmax(scores, inv, group, n0 + n1, stride);
+    attn_values64(scores, v0, n0, v1, n1, inv, o, stride, group);
+}
+#endif
+
 /* The scores scale * q.k + mask of one (row, kv head) over n columns, plain loops. */
 static void attn_scores_plain(const float *qf, const bf16 *k, const bf16 *m, float *scores,
                               int64_t n, int64_t stride, int64_t group, int64_t dim,
@@ -463,8 +498,6 @@ void decode_attention(const bf16 *q, const bf16 *keys, const bf16 *values, const
     const int64_t stride = (columns + 31) & ~(int64_t)31;
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
     const int fast = dim == ATTN_FAST_DIM && group <= ATTN_FAST_GROUP;
-#else
-    const int fast = 0;
 #endif
 #pragma omp parallel if (rows * heads * columns * dim > 32768)
     {
@@ -491,56 +524,29 @@ void decode_attention(const bf16 *q, const bf16 *keys, const bf16 *values, const
                 const char *nk = (const char *)(keys + nr * row_stride + nh * head_stride);
                 const char *nv = (const char *)(values + nr * row_stride + nh * head_stride);
                 const int64_t bytes = steps * dim * (int64_t)sizeof(bf16);
-                for (int64_t at = 0; at < bytes && at < 16384; at += 64) {
-                    __builtin_prefetch(nk + at);
-                    __builtin_prefetch(nv + at);
+                for (int64_t line = 0; line < bytes && line < 16384; line += 64) {
+                    __builtin_prefetch(nk + line);
+                    __builtin_prefetch(nv + line);
                 }
             }
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
             if (fast) {
-                switch (group) { /* constant groups: the blocks unroll into registers */
-#define ATTN_SCORES(G)                                                                     \
-    attn_scores64(qr, k0, m0, scores, prefix_len, stride, scale, G);                       \
-    attn_scores64(qr, k1, m1, scores + prefix_len, steps, stride, scale, G);               \
-    break
-                case 1: ATTN_SCORES(1);
-                case 2: ATTN_SCORES(2);
-                case 3: ATTN_SCORES(3);
-                default: ATTN_SCORES(4);
-#undef ATTN_SCORES
-                }
-            }
-#endif
-            if (!fast) {
-                for (int64_t j = 0; j < group * dim; j++) qf[j] = bf2f(qr[j]);
-                attn_scores_plain(qf, k0, m0, scores, prefix_len, stride, group, dim, scale);
-                attn_scores_plain(qf, k1, m1, scores + prefix_len, steps, stride, group, dim,
-                                  scale);
-            }
-            for (int64_t g = 0; g < group; g++) {
-                float *s = scores + g * stride, top = -INFINITY, sum = 0.0f;
-                for (int64_t t = columns; t < stride; t++) s[t] = -INFINITY;
-#pragma omp simd reduction(max : top)
-                for (int64_t t = 0; t < stride; t++) top = s[t] > top ? s[t] : top;
-#pragma omp simd reduction(+ : sum)
-                for (int64_t t = 0; t < stride; t++) {
-                    const float e = s[t] == -INFINITY ? 0.0f : exp_approx(s[t] - top);
-                    sum += e;
-                    s[t] = bf2f(f2bf(e));
-                }
-                inv[g] = 1.0f / sum;
-            }
-#if defined(__AVX512F__) && defined(__AVX512BF16__)
-            if (fast) {
+#define ATTN_TASK(G)                                                                       \
+    attn_task64(qr, k0, v0, m0, prefix_len, k1, v1, m1, steps, scores, inv, o, stride, scale, G)
                 switch (group) {
-                case 1: attn_values64(scores, v0, prefix_len, v1, steps, inv, o, stride, 1); break;
-                case 2: attn_values64(scores, v0, prefix_len, v1, steps, inv, o, stride, 2); break;
-                case 3: attn_values64(scores, v0, prefix_len, v1, steps, inv, o, stride, 3); break;
-                default: attn_values64(scores, v0, prefix_len, v1, steps, inv, o, stride, 4); break;
+                case 1: ATTN_TASK(1); break;
+                case 2: ATTN_TASK(2); break;
+                case 3: ATTN_TASK(3); break;
+                default: ATTN_TASK(4); break;
                 }
+#undef ATTN_TASK
                 continue;
             }
 #endif
+            for (int64_t j = 0; j < group * dim; j++) qf[j] = bf2f(qr[j]);
+            attn_scores_plain(qf, k0, m0, scores, prefix_len, stride, group, dim, scale);
+            attn_scores_plain(qf, k1, m1, scores + prefix_len, steps, stride, group, dim, scale);
+            attn_softmax(scores, inv, group, columns, stride);
             memset(acc, 0, sizeof(float) * (size_t)(group * dim));
             for (int64_t t = 0; t < columns; t++) {
                 const bf16 *vt = t < prefix_len ? v0 + t * dim : v1 + (t - prefix_len) * dim;
@@ -563,6 +569,12 @@ void decode_attention(const bf16 *q, const bf16 *keys, const bf16 *values, const
 }
 
 #define SAMPLE_BLOCK 256
+
+/* The unnormalised weight of a logit already divided by the temperature: the sums and
+ * the draw of sample_rows must compute it alike. */
+static inline float sample_weight(float v, float top) {
+    return v == -INFINITY ? 0.0f : exp_approx(v - top);
+}
 
 /* One token per row from softmax(logits / T) over the whole vocabulary, as
  * trinity.models.sampling.sample_tokens draws it without top-k, top-p or banned tokens:
@@ -595,10 +607,8 @@ void sample_rows(const float *logits, const float *temperature, const float *u, 
                 const int64_t end = (b + 1) * SAMPLE_BLOCK < vocab ? (b + 1) * SAMPLE_BLOCK : vocab;
                 float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-                for (int64_t j = b * SAMPLE_BLOCK; j < end; j++) {
-                    const float v = x[j] / scale;
-                    sum += v == -INFINITY ? 0.0f : exp_approx(v - top);
-                }
+                for (int64_t j = b * SAMPLE_BLOCK; j < end; j++)
+                    sum += sample_weight(x[j] / scale, top);
                 sums[b] = sum;
                 total += sum;
             }
@@ -616,8 +626,7 @@ void sample_rows(const float *logits, const float *temperature, const float *u, 
                 }
                 const int64_t end = (b + 1) * SAMPLE_BLOCK < vocab ? (b + 1) * SAMPLE_BLOCK : vocab;
                 for (int64_t j = b * SAMPLE_BLOCK; j < end; j++) {
-                    const float v = x[j] / scale;
-                    const float w = v == -INFINITY ? 0.0f : exp_approx(v - top);
+                    const float w = sample_weight(x[j] / scale, top);
                     if (!(w > 0.0f)) continue;
                     token = j; /* the block's last token of weight when the target is past it */
                     before += w;

@@ -167,10 +167,17 @@ class LlamaDecoder:
         self.refresh()
 
     @property
+    def c_step(self) -> bool:
+        """Whether decode batches started now take the C step (``C_STEP`` with the fused
+        kernels): attention kernel over a shared prompt cache, C layer loop with AMX, C
+        sampler."""
+        return self.kernels is not None and C_STEP
+
+    @property
     def sampler(self) -> kernels.Kernels | None:
         """The kernels that draw this decoder's tokens (:func:`sample_tokens`'s
         ``kernels``), or None for the tensor sampler."""
-        return self.kernels if C_STEP else None
+        return self.kernels if self.c_step else None
 
     def _weights(self) -> list[torch.Tensor]:
         return [w for layer in self.layers for w in layer.weights]
@@ -260,15 +267,15 @@ class LlamaDecoder:
         layer_bytes = key_strides[0] * keys.element_size()
         mask = batch.mask  # additive over the prompts' (shared) or the rows' columns, or None
         mask_ptr, mask_stride = (None, 0) if mask is None else (mask.data_ptr(), mask.stride(0))
-        shared = batch.shared  # the prompts' keys and values, once per prompt
-        prefix_keys, prefix_values, prompt_of = batch.prompt_keys, batch.prompt_values, None
-        prefix_len = prefix_strides = 0
+        # the C step (decided for the whole batch): the prompts' keys and values once per
+        # prompt, attended by the kernel; strides of (layer, prompt, kv head, column, d)
+        shared = batch.shared
+        prompt_of, prefix_len, prefix_strides, prefix_ptrs = None, 0, (0,) * 5, (None, None)
         if shared:
+            prefix_keys, prefix_values = batch.prompt_keys, batch.prompt_values
             prompt_of = batch.prompt_of.data_ptr()
             prefix_len, prefix_strides = prefix_keys.size(3), prefix_keys.stride()
-        prefix_ptrs = (
-            (None, None) if not shared else (prefix_keys.data_ptr(), prefix_values.data_ptr())
-        )
+            prefix_ptrs = (prefix_keys.data_ptr(), prefix_values.data_ptr())
         x = F.embedding(tokens, self.embed)  # (B, H), the residual stream, updated in place
         h = torch.empty_like(x)
         q = x.new_empty((rows, self.heads, self.head_dim))
@@ -278,7 +285,7 @@ class LlamaDecoder:
         lib.add_rms_norm(
             x.data_ptr(), None, self.layers[0].norm1.data_ptr(), h.data_ptr(), rows, hidden, eps
         )
-        if self.amx and C_STEP:  # the loop below in one C call, the same kernels
+        if self.amx and shared:  # the loop below in one C call, the same kernels
             shape = kernels.DecodeShape(
                 layers=len(self.layers),
                 rows=rows,
@@ -293,9 +300,9 @@ class LlamaDecoder:
                 head_stride=key_strides[2],
                 mask_stride=mask_stride,
                 prefix_len=prefix_len,
-                prefix_layer_stride=prefix_strides[0] if shared else 0,
-                prefix_row_stride=prefix_strides[1] if shared else 0,
-                prefix_head_stride=prefix_strides[2] if shared else 0,
+                prefix_layer_stride=prefix_strides[0],
+                prefix_row_stride=prefix_strides[1],
+                prefix_head_stride=prefix_strides[2],
                 eps=eps,
                 scale=scale,
             )
@@ -331,11 +338,11 @@ class LlamaDecoder:
                 key_strides[1],
                 key_strides[2],
             )
-            if shared or C_STEP:
+            if shared:
                 # the new token against its prompt's columns and columns 0 .. col of its
                 # row: SDPA's result in one pass over each kv head's cache
                 # (Kernels.decode_attention)
-                prefix_bytes = index * prefix_strides[0] * 2 if shared else 0
+                prefix_bytes = index * prefix_strides[0] * keys.element_size()
                 lib.decode_attention(
                     q.data_ptr(),
                     keys.data_ptr() + index * layer_bytes,
@@ -354,8 +361,8 @@ class LlamaDecoder:
                     *(None if ptr is None else ptr + prefix_bytes for ptr in prefix_ptrs),
                     prompt_of,
                     prefix_len,
-                    prefix_strides[1] if shared else 0,
-                    prefix_strides[2] if shared else 0,
+                    prefix_strides[1],
+                    prefix_strides[2],
                 )
             else:
                 attn = F.scaled_dot_product_attention(
@@ -426,7 +433,7 @@ class DecodeBatch:
         prompts, width = mask.shape
         batch = rows.numel()
         self.fused = decoder.kernels is not None
-        self.shared = self.fused and C_STEP
+        self.shared = decoder.c_step
         self.prompt_of = rows.contiguous()
         self.prompt_keys = self.prompt_values = None
         layers, kv_heads, dim = len(decoder.layers), decoder.kv_heads, decoder.head_dim
