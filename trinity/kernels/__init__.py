@@ -16,7 +16,9 @@ The kernels here do each of those in one pass:
   rounded bf16 parameter too (:mod:`trinity.trainer.precision`);
 - :func:`swiglu_forward` / :func:`swiglu_backward` and :func:`rms_norm_forward` /
   :func:`rms_norm_backward`: the MLP product and the RMS norm of Llama-family models in
-  training, one pass each way (:mod:`trinity.trainer.fused_layers`);
+  training, one pass each way, and :func:`rope_train` the rotary embedding of q or k and
+  its backward (:mod:`trinity.trainer.fused_layers`); :func:`sum_squares` for the
+  gradient norm (:mod:`trinity.trainer.precision`);
 - :func:`amx_linear` decode-sized bf16 linear layers on Intel AMX, from weights
   prepacked by :func:`amx_pack` (:mod:`trinity.models.fast_decode`; CPUs without AMX
   keep oneDNN's matmul);
@@ -77,6 +79,7 @@ _SIGNATURES = {
     "swiglu_backward": [_P, _P, _P, _P, _P, _I],
     "rms_norm_forward": [_P, _P, _P, _P, _I, _I, _F],
     "rms_norm_backward": [_P, _P, _P, _P, _P, _P, _I, _I],
+    "rope_train": [_P, _P, _P, _P] + [_I] * 12 + [ctypes.c_int],
     "amx_linear": [_P, _P, _P, _I, _I, _I, ctypes.c_int],
     "decode_attention": [_P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I, _I, _F]
     + [_P, _P, _P, _I, _I, _I],
@@ -209,6 +212,7 @@ class Kernels:
             fn = getattr(lib, name)
             fn.argtypes, fn.restype = argtypes, None
         lib.amx_available.argtypes, lib.amx_available.restype = [], ctypes.c_int
+        lib.sum_squares.argtypes, lib.sum_squares.restype = [_P, _P, _I], ctypes.c_double
         # built for AMX and the kernel grants this process the tile state
         self.amx = bool(lib.amx_available())
 
@@ -503,6 +507,56 @@ class Kernels:
             rstd.numel(), dim,
         )  # fmt: skip
         return grad_x, grad_w
+
+    def rope(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        backward: bool = False,
+        like: tuple[tuple[int, ...], tuple[int, ...]] | None = None,
+    ) -> torch.Tensor:
+        """Rotary embedding of ``x`` (B, H, T, D) bf16 with ``cos`` and ``sin`` (B or 1,
+        T, D), as transformers' ``apply_rotary_pos_emb`` rounds it in bf16; with
+        ``backward``, ``x`` is the output's gradient and the result the input's. Any
+        strides with a contiguous last dimension; the result has ``x``'s strides, or the
+        (shape, stride) of ``like``."""
+        batch, heads, steps, dim = x.shape
+        for t, name in ((x, "x"), (cos, "cos"), (sin, "sin")):
+            if t.dtype != torch.bfloat16 or t.device.type != "cpu" or t.stride(-1) != 1:
+                raise ValueError(
+                    f"rope: {name} must be a CPU bf16 tensor with a contiguous last dim, got "
+                    f"{t.dtype} {t.stride()}"
+                )
+        if dim % 2 or cos.shape != sin.shape or cos.stride() != sin.stride():
+            raise ValueError(f"rope: need an even head dim and cos, sin alike, got {dim}")
+        if cos.shape[0] not in (1, batch) or tuple(cos.shape[1:]) != (steps, dim):
+            raise ValueError(
+                f"rope: cos/sin must be ({batch} or 1, {steps}, {dim}), got {tuple(cos.shape)}"
+            )
+        if like is None:
+            out = torch.empty_like(x)
+        else:
+            out = torch.empty_strided(*like, dtype=torch.bfloat16)
+        if out.shape != x.shape or out.stride(-1) != 1:
+            raise ValueError(f"rope: bad output layout {tuple(out.shape)} {out.stride()}")
+        self.lib.rope_train(
+            _ptr(x), _ptr(out), _ptr(cos), _ptr(sin), batch, heads, steps, dim,
+            x.stride(0), x.stride(1), x.stride(2), out.stride(0), out.stride(1), out.stride(2),
+            cos.stride(0) if cos.shape[0] > 1 else 0, cos.stride(1), int(backward),
+        )  # fmt: skip
+        return out
+
+    def sum_squares(self, t: torch.Tensor) -> float:
+        """The sum of the squares of a contiguous bf16 or float32 tensor, accumulated in
+        float32 per block of 4096 values and in double across blocks."""
+        if t.dtype not in (torch.bfloat16, torch.float32):
+            raise ValueError(f"sum_squares: need bf16 or float32, got {t.dtype}")
+        _check(t, t.dtype, "t")
+        bf16 = t.dtype == torch.bfloat16
+        return self.lib.sum_squares(
+            t.data_ptr() if bf16 else None, None if bf16 else t.data_ptr(), t.numel()
+        )
 
     def logprob_rows(
         self, logits: torch.Tensor, labels: torch.Tensor, temperature: float, entropy: bool

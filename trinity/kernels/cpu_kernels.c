@@ -309,6 +309,66 @@ void rms_norm_backward(const bf16 *gy, const bf16 *x, const bf16 *w, const float
     }
 }
 
+/* Rotary embedding of x (batch, heads, steps, dim) bf16 as transformers'
+ * apply_rotary_pos_emb computes it in bf16: out = bf16(bf16(x cos) + bf16(rot(x) sin)),
+ * rot(x) = (-x2, x1) for the two halves x1, x2 of each row; cos and sin (batch, steps,
+ * dim). With backward set, x is the gradient of out and out gets the gradient of x, as
+ * autograd sums it: bf16(bf16(g cos) + rot^T(bf16(g sin))), rot^T(y) = (y2, -y1).
+ * x has element strides (xb, xh, xt) and out (ob, oh, ot), cos and sin (cb, ct); the last
+ * dimension of each is contiguous. */
+void rope_train(const bf16 *x, bf16 *out, const bf16 *cos, const bf16 *sin, int64_t batch,
+                int64_t heads, int64_t steps, int64_t dim, int64_t xb, int64_t xh, int64_t xt,
+                int64_t ob, int64_t oh, int64_t ot, int64_t cb, int64_t ct, int backward) {
+    const int64_t half = dim / 2, rows = batch * steps * heads;
+#pragma omp parallel for schedule(static) if (rows * dim > 65536)
+    for (int64_t row = 0; row < rows; row++) {
+        /* rows in (batch, step, head) order: for q and k as the projections lay them out
+         * (steps outside heads), consecutive rows are adjacent in memory */
+        const int64_t b = row / (steps * heads), t = row / heads % steps, h = row % heads;
+        const bf16 *xr = x + b * xb + h * xh + t * xt;
+        const bf16 *c = cos + b * cb + t * ct, *s = sin + b * cb + t * ct;
+        bf16 *o = out + b * ob + h * oh + t * ot;
+        if (backward) {
+#pragma omp simd
+            for (int64_t j = 0; j < half; j++) {
+                const float g1 = bf2f(xr[j]), g2 = bf2f(xr[j + half]);
+                const float y1 = bf2f(f2bf(g1 * bf2f(s[j]))), y2 = bf2f(f2bf(g2 * bf2f(s[j + half])));
+                o[j] = f2bf(bf2f(f2bf(g1 * bf2f(c[j]))) + y2);
+                o[j + half] = f2bf(bf2f(f2bf(g2 * bf2f(c[j + half]))) - y1);
+            }
+        } else {
+#pragma omp simd
+            for (int64_t j = 0; j < half; j++) {
+                const float x1 = bf2f(xr[j]), x2 = bf2f(xr[j + half]);
+                o[j] = f2bf(bf2f(f2bf(x1 * bf2f(c[j]))) - bf2f(f2bf(x2 * bf2f(s[j]))));
+                o[j + half] =
+                    f2bf(bf2f(f2bf(x2 * bf2f(c[j + half]))) + bf2f(f2bf(x1 * bf2f(s[j + half]))));
+            }
+        }
+    }
+}
+
+/* The sum of the squares of n values, bf16 (x16) or float32 (x32 when x16 is NULL):
+ * float32 sums over blocks of SQUARES_BLOCK values, added up in double. */
+#define SQUARES_BLOCK 4096
+double sum_squares(const bf16 *x16, const float *x32, int64_t n) {
+    double total = 0.0;
+#pragma omp parallel for schedule(static) reduction(+ : total) if (n > 65536)
+    for (int64_t start = 0; start < n; start += SQUARES_BLOCK) {
+        const int64_t end = n - start < SQUARES_BLOCK ? n : start + SQUARES_BLOCK;
+        float block = 0.0f;
+        if (x16 != NULL) {
+#pragma omp simd reduction(+ : block)
+            for (int64_t i = start; i < end; i++) block += bf2f(x16[i]) * bf2f(x16[i]);
+        } else {
+#pragma omp simd reduction(+ : block)
+            for (int64_t i = start; i < end; i++) block += x32[i] * x32[i];
+        }
+        total += block;
+    }
+    return total;
+}
+
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 #include <immintrin.h>
 #define ATTN_FAST_DIM 64

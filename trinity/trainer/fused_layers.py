@@ -1,18 +1,25 @@
-"""Fused RMS norm and SwiGLU for the trainer's bf16 Llama-family models on the CPU.
+"""Fused RMS norm, SwiGLU and rotary embedding for the trainer's bf16 Llama-family
+models on the CPU.
 
 In a bf16 train step transformers' ``LlamaRMSNorm`` is about ten elementwise ops forward
-and more backward (upcast, square, mean, rsqrt, two products, casts), and the MLP's
-``act_fn(gate) * up`` three ops forward and four backward, each a pass over a tensor of
-the step's tokens x width. :func:`fuse_layers` points those modules' ``forward`` at
+and more backward (upcast, square, mean, rsqrt, two products, casts), the MLP's
+``act_fn(gate) * up`` three ops forward and four backward, and ``apply_rotary_pos_emb``
+eight forward (two products, two slices, a negation, a concatenation, a sum, for q and
+for k) and more backward, where each slice's gradient is a zero-filled tensor and a copy.
+Each op is a pass over a tensor of the step's tokens x width. :func:`fuse_layers` points
+those modules' ``forward`` (and the modeling module's ``apply_rotary_pos_emb``) at
 autograd functions that run the fused C kernels of :mod:`trinity.kernels` instead: one
 pass forward and one backward, rounded where the bf16 ops round (the tests compare both
 ways with the modules' own forward). Inputs that are not bf16 CPU tensors take the
-module's own forward, so the fused forward is always safe to call.
+original code, so the fused functions are always safe to call.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
+import sys
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -26,6 +33,10 @@ logger = logging.getLogger(__name__)
 # norm scales by 1 + weight and is not among them)
 RMS_NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm", "MistralRMSNorm")
 MLPS = ("LlamaMLP", "Qwen2MLP", "Qwen3MLP", "MistralMLP")
+# attention modules whose modeling module's apply_rotary_pos_emb(q, k, cos, sin,
+# unsqueeze_dim=1) is q * cos + rotate_half(q) * sin (and the same for k)
+ATTENTIONS = ("LlamaAttention", "Qwen2Attention", "Qwen3Attention", "MistralAttention")
+_ROTARY_PARAMETERS = ["q", "k", "cos", "sin", "unsqueeze_dim"]
 
 
 class _RMSNorm(torch.autograd.Function):
@@ -61,6 +72,83 @@ class _SwiGLU(torch.autograd.Function):
         return kernels.load().swiglu_backward(grad.contiguous(), gate, up)  # type: ignore[union-attr]
 
 
+class _Rotary(torch.autograd.Function):
+    """apply_rotary_pos_emb of q (B, H, T, D) and k (B, KV, T, D) with cos and sin
+    (B|1, T, D); each gradient comes back in the layout of its input."""
+
+    @staticmethod
+    def forward(ctx, q, k, cos, sin):  # type: ignore[override]
+        lib = kernels.load()
+        ctx.save_for_backward(cos, sin)
+        ctx.layouts = ((q.shape, q.stride()), (k.shape, k.stride()))
+        return lib.rope(q, cos, sin), lib.rope(k, cos, sin)  # type: ignore[union-attr]
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_q, grad_k):  # type: ignore[override]
+        cos, sin = ctx.saved_tensors
+        lib = kernels.load()
+        grads = [
+            None
+            if grad is None
+            else lib.rope(  # type: ignore[union-attr]
+                grad if grad.stride(-1) == 1 else grad.contiguous(),
+                cos,
+                sin,
+                backward=True,
+                like=layout,
+            )
+            for grad, layout in zip((grad_q, grad_k), ctx.layouts, strict=True)
+        ]
+        return grads[0], grads[1], None, None
+
+
+def _rotary_fits(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
+    if q.dim() != 4 or k.dim() != 4 or cos.dim() != 3 or not _fusable(q, k, cos, sin):
+        return False
+    batch, _, steps, dim = q.shape
+    return (
+        k.shape[0] == batch
+        and tuple(k.shape[2:]) == (steps, dim)
+        and cos.shape == sin.shape
+        and cos.stride() == sin.stride()
+        and cos.shape[0] in (1, batch)
+        and tuple(cos.shape[1:]) == (steps, dim)
+        and dim % 2 == 0
+        and not (cos.requires_grad or sin.requires_grad)
+        and all(t.stride(-1) == 1 for t in (q, k, cos))
+    )
+
+
+def fused_rotary(original: Callable) -> Callable:
+    """``original`` (a modeling module's ``apply_rotary_pos_emb``) with the fused kernel
+    for bf16 CPU inputs it fits; anything else goes to ``original``."""
+
+    def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+        if unsqueeze_dim == 1 and _rotary_fits(q, k, cos, sin):
+            return _Rotary.apply(q, k, cos, sin)
+        return original(q, k, cos, sin, unsqueeze_dim)
+
+    apply_rotary_pos_emb.fused_original = original  # type: ignore[attr-defined]
+    return apply_rotary_pos_emb
+
+
+def _fuse_rotary(module: nn.Module) -> bool:
+    """Point the modeling module of ``module`` (an attention layer) at
+    :func:`fused_rotary` of its ``apply_rotary_pos_emb``, once; False when its signature
+    is not the one the kernel implements."""
+    modeling = sys.modules.get(type(module).__module__)
+    original = getattr(modeling, "apply_rotary_pos_emb", None)
+    if original is None:
+        return False
+    if hasattr(original, "fused_original"):
+        return True
+    if list(inspect.signature(original).parameters) != _ROTARY_PARAMETERS:
+        return False
+    modeling.apply_rotary_pos_emb = fused_rotary(original)  # type: ignore[union-attr]
+    return True
+
+
 def _fusable(*tensors: torch.Tensor) -> bool:
     # plain tensors only: a DTensor (a sharded parameter) has no local data pointer
     return all(
@@ -92,9 +180,10 @@ def _silu(module: nn.Module) -> bool:
 
 
 def fuse_layers(model: nn.Module) -> int:
-    """Route ``model``'s Llama-style RMS norms and SiLU MLPs through the fused kernels
-    (bf16 CPU inputs; others keep the modules' own arithmetic). Returns the number of
-    modules changed: 0 when the kernels are unavailable."""
+    """Route ``model``'s Llama-style RMS norms, SiLU MLPs and rotary embeddings through
+    the fused kernels (bf16 CPU inputs; others keep the modules' own arithmetic). Returns
+    the number of modules changed (an attention layer counts when its family's rotary
+    embedding is fused): 0 when the kernels are unavailable."""
     if kernels.load() is None:
         return 0
     changed = 0
@@ -106,5 +195,7 @@ def fuse_layers(model: nn.Module) -> int:
         elif name in MLPS and _silu(module):
             module.forward = swiglu_mlp.__get__(module)
             changed += 1
-    logger.debug("fused RMS norm / SwiGLU in %d modules", changed)
+        elif name in ATTENTIONS and _fuse_rotary(module):
+            changed += 1
+    logger.debug("fused RMS norm / SwiGLU / rotary embedding in %d modules", changed)
     return changed

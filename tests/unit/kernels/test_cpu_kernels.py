@@ -235,6 +235,40 @@ def test_swiglu_kernels_equal_silu_times_up_and_its_autograd() -> None:
         assert (ours.float() - true).norm() / true.norm() < 1e-2
 
 
+@pytest.mark.parametrize("batch, cos_batch", [(1, 1), (3, 3), (3, 1)])
+def test_rope_is_apply_rotary_pos_emb_bit_for_bit_both_ways(batch: int, cos_batch: int) -> None:
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    original = getattr(apply_rotary_pos_emb, "fused_original", apply_rotary_pos_emb)
+    steps, heads, dim = 19, 4, 16
+    # q as the attention layer makes it: a (B, H, T, D) view of the (B, T, H * D) projection
+    projection = bf16(batch, steps, heads * dim, seed=10, scale=3.0).requires_grad_()
+    q = projection.view(batch, steps, heads, dim).transpose(1, 2)
+    cos, sin = bf16(cos_batch, steps, dim, seed=11), bf16(cos_batch, steps, dim, seed=12)
+    expected, _ = original(q, q, cos, sin)
+    out = K.rope(q.detach(), cos, sin)
+    assert torch.equal(out, expected) and out.stride() == q.stride()
+    # backward from a contiguous (B, H, T, D) gradient, as attention's backward gives it,
+    # into the projection's layout
+    grad = bf16(batch, heads, steps, dim, seed=13)
+    (expected_grad,) = torch.autograd.grad(expected, projection, grad)
+    ours = K.rope(grad, cos, sin, backward=True, like=(q.shape, q.stride()))
+    assert ours.stride() == q.stride()
+    assert torch.equal(ours.transpose(1, 2).reshape(projection.shape), expected_grad)
+    with pytest.raises(ValueError, match="cos/sin must be"):
+        K.rope(q.detach(), cos[:, :-1], sin[:, :-1])
+
+
+@pytest.mark.parametrize("n", [1, 4095, 70_001, 1 << 20])
+def test_sum_squares_is_the_float64_sum(n: int) -> None:
+    x = bf16(n, seed=14, scale=5.0)
+    for t in (x, x.float()):
+        expected = float(x.double().pow(2).sum())
+        assert K.sum_squares(t) == pytest.approx(expected, rel=1e-6)
+    with pytest.raises(ValueError, match="bf16 or float32"):
+        K.sum_squares(x.double())
+
+
 @pytest.mark.skipif(K is None or not K.amx, reason="no AMX tiles on this CPU")
 @pytest.mark.parametrize("rows", [1, 7, 16, 17, 32, 45])
 @pytest.mark.parametrize("out_features, in_features", [(48, 64), (960, 576), (576, 1536)])

@@ -1,6 +1,7 @@
-"""The trainer's fused RMS norm and SwiGLU (trainer/fused_layers.py) against transformers'
-own modules: the same bf16 forward, gradients as close to float32 as the bf16 ops' own,
-and the modules' arithmetic unchanged wherever the kernels do not apply."""
+"""The trainer's fused RMS norm, SwiGLU and rotary embedding (trainer/fused_layers.py)
+against transformers' own modules: the same bf16 forward, gradients as close to float32
+as the bf16 ops' own, and the modules' arithmetic unchanged wherever the kernels do not
+apply."""
 
 from __future__ import annotations
 
@@ -9,12 +10,23 @@ import copy
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
+from transformers.models.llama import modeling_llama
 
 from trinity import kernels
 from trinity.trainer import fused_layers
 from trinity.trainer.fused_layers import fuse_layers
 
 pytestmark = pytest.mark.skipif(kernels.load() is None, reason="no C compiler: no kernels")
+
+
+@pytest.fixture(autouse=True)
+def _unfused_rotary(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts from transformers' own apply_rotary_pos_emb (fuse_layers patches
+    the modeling module, which outlives the model) and leaves it as it found it."""
+    rotary = modeling_llama.apply_rotary_pos_emb
+    monkeypatch.setattr(
+        modeling_llama, "apply_rotary_pos_emb", getattr(rotary, "fused_original", rotary)
+    )
 
 
 def _model(dtype: torch.dtype) -> LlamaForCausalLM:
@@ -53,11 +65,12 @@ def _inputs():
 def test_fused_modules_give_the_bf16_forward_and_gradients_within_its_rounding() -> None:
     plain = _model(torch.bfloat16)
     fused = copy.deepcopy(plain)
-    # 2 layers x (2 norms + 1 MLP) + the final norm
-    assert fuse_layers(fused) == 7
     reference = copy.deepcopy(plain).float()  # the same bf16 weights, float32 arithmetic
     ids, weights = _inputs()
-    plain_logits, plain_grads = _loss_and_grads(plain, ids, weights)
+    plain_logits, plain_grads = _loss_and_grads(plain, ids, weights)  # before the patch
+    # 2 layers x (2 norms + 1 MLP + 1 attention's rotary embedding) + the final norm
+    assert fuse_layers(fused) == 9
+    assert hasattr(modeling_llama.apply_rotary_pos_emb, "fused_original")
     fused_logits, fused_grads = _loss_and_grads(fused, ids, weights)
     true_logits, true_grads = _loss_and_grads(reference, ids, weights)
     # the forward rounds as the bf16 ops do
@@ -79,7 +92,7 @@ def test_fused_modules_give_the_bf16_forward_and_gradients_within_its_rounding()
 def test_fused_forward_is_the_modules_own_outside_bf16() -> None:
     plain = _model(torch.float32)
     fused = copy.deepcopy(plain)
-    assert fuse_layers(fused) == 7
+    assert fuse_layers(fused) == 9
     ids, weights = _inputs()
     plain_logits, plain_grads = _loss_and_grads(plain, ids, weights)
     fused_logits, fused_grads = _loss_and_grads(fused, ids, weights)
@@ -108,3 +121,26 @@ def test_without_kernels_nothing_changes(monkeypatch: pytest.MonkeyPatch) -> Non
     model = _model(torch.bfloat16)
     assert fuse_layers(model) == 0
     assert all("forward" not in vars(module) for module in model.modules())
+
+
+def test_fused_rotary_gives_the_bf16_model_its_own_logits_and_gradients_bit_for_bit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    plain = _model(torch.bfloat16)
+    ids, weights = _inputs()
+    expected = _loss_and_grads(plain, ids, weights)
+    original = modeling_llama.apply_rotary_pos_emb
+    modeling_llama.apply_rotary_pos_emb = fused_layers.fused_rotary(original)
+    calls = []
+    apply = fused_layers._Rotary.apply
+    monkeypatch.setattr(fused_layers._Rotary, "apply", lambda *a: calls.append(1) or apply(*a))
+    got = _loss_and_grads(plain, ids, weights)
+    assert len(calls) == 2  # one per layer: the kernel ran
+    assert torch.equal(got[0], expected[0])
+    for name, grad in expected[1].items():
+        assert torch.equal(got[1][name], grad), name
+    # fusing again wraps nothing twice
+    patched = modeling_llama.apply_rotary_pos_emb
+    fuse_layers(plain)
+    assert modeling_llama.apply_rotary_pos_emb is patched
+    assert patched.fused_original is original

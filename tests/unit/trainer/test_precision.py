@@ -15,6 +15,7 @@ import pytest
 import torch
 from trainer_testing import make_config, rollouts
 
+from trinity import kernels
 from trinity.trainer import checkpoint as ckpt
 from trinity.trainer.precision import MasterWeights
 from trinity.trainer.trainer import Trainer
@@ -121,6 +122,24 @@ def test_grad_norm_and_clipping_match_torch(tiny_model_dir: Path) -> None:
     # the fused kernel's grad_scale clips as the multiplication does
     for a, b in zip(*results, strict=True):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+
+
+@pytest.mark.skipif(kernels.load() is None, reason="no C compiler: no kernels")
+def test_grad_norm_with_the_kernels_is_the_float64_norm(tiny_model_dir: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    master = MasterWeights(model)
+    assert master.kernels is not None
+    gen = torch.Generator().manual_seed(0)
+    grads = [torch.randn(p.shape, generator=gen).to(torch.bfloat16) for p in master.params]
+    for p, g in zip(master.params, grads, strict=True):
+        p.grad = g.clone()
+    # one fp32 sum pending beside a bf16 gradient, as after several micro-batches
+    master.masters[0].grad = torch.randn(master.params[0].shape, generator=gen)
+    expected = sum(float(g.double().pow(2).sum()) for g in grads[1:])
+    expected += float((master.masters[0].grad.double() + grads[0].double()).pow(2).sum())
+    assert float(master.grad_norm()) == pytest.approx(expected**0.5, rel=1e-6)
 
 
 def test_checkpoint_keeps_fp32_masters_and_resumes_exactly(
