@@ -149,27 +149,6 @@ def _fuse_rotary(module: nn.Module) -> bool:
     return True
 
 
-def sparse_tied_embedding(model: nn.Module) -> bool:
-    """Make the input embedding's gradient sparse when its weight is the LM head's.
-
-    A dense embedding gradient is a zero-filled (vocab, hidden) tensor with the looked-up
-    rows added in, then added to the head's dense gradient: two passes over the largest
-    weight (28 M elements for SmolLM2-135M) for a few hundred rows. A sparse one is those
-    rows only, added into the head's gradient in place by autograd's accumulation. Only
-    for a tied weight, whose gradient ends up dense (the head's is); returns whether the
-    embedding was changed."""
-    embedding, head = model.get_input_embeddings(), model.get_output_embeddings()
-    if (
-        type(embedding) is not nn.Embedding
-        or head is None
-        or getattr(head, "weight", None) is not embedding.weight
-        or embedding.max_norm is not None
-    ):
-        return False
-    embedding.sparse = True
-    return True
-
-
 def _fusable(*tensors: torch.Tensor) -> bool:
     # plain tensors only: a DTensor (a sharded parameter) has no local data pointer
     return all(

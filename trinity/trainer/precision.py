@@ -52,7 +52,6 @@ class MasterWeights:
     def accumulate(self) -> None:
         """Move the parameters' bf16 gradients into the fp32 sums (call before the
         backward of every micro-batch after the first)."""
-        self._densify()
         for p, m in zip(self.params, self.masters, strict=True):
             if p.grad is None:
                 continue
@@ -180,15 +179,7 @@ class MasterWeights:
                 if id(p) in self._master_of and name in state:
                     self._master_of[id(p)].copy_(state[name])
 
-    def _densify(self) -> None:
-        """A sparse gradient (an input embedding's, see fused_layers.sparse_tied_embedding)
-        made dense; it is normally dense already, summed into the tied LM head's."""
-        for p in self.params:
-            if p.grad is not None and p.grad.is_sparse:
-                p.grad = p.grad.to_dense()
-
     def _total_grads(self) -> list[torch.Tensor]:
-        self._densify()
         grads = []
         for p, m in zip(self.params, self.masters, strict=True):
             if m.grad is not None and p.grad is not None:

@@ -36,7 +36,7 @@ from trinity.trainer import distributed, lora
 from trinity.trainer.actor import forward_logprobs, use_grouped_attention
 from trinity.trainer.batch import TrainBatch, collate
 from trinity.trainer.critic import Critic, enable_checkpointing
-from trinity.trainer.fused_layers import fuse_layers, sparse_tied_embedding
+from trinity.trainer.fused_layers import fuse_layers
 from trinity.trainer.optim import build_optimizer
 from trinity.trainer.precision import MasterWeights
 from trinity.types import Experience
@@ -195,10 +195,7 @@ class Trainer:
             if self.critic is not None or self.lora is not None:
                 raise TrainerSetupError("a critic or LoRA needs a one-rank trainer")
             distributed.shard_model(self.model)
-        self.master = None
-        if self.bf16_weights:
-            self.master = MasterWeights(self.model, self.compute_dtype)
-            sparse_tied_embedding(self.model)  # the tied weight's gradient: fused_layers.py
+        self.master = MasterWeights(self.model, self.compute_dtype) if self.bf16_weights else None
         opt = algo.optimizer
         self.optimizer, self.scheduler = build_optimizer(
             self.master.masters
