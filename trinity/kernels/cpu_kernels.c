@@ -328,21 +328,18 @@ void rope_train(const bf16 *x, bf16 *out, const bf16 *cos, const bf16 *sin, int6
         const bf16 *xr = x + b * xb + h * xh + t * xt;
         const bf16 *c = cos + b * cb + t * ct, *s = sin + b * cb + t * ct;
         bf16 *o = out + b * ob + h * oh + t * ot;
+        /* rope1 with a half's sign flipped (bf16 negation is exact, so is a product's) */
         if (backward) {
 #pragma omp simd
             for (int64_t j = 0; j < half; j++) {
-                const float g1 = bf2f(xr[j]), g2 = bf2f(xr[j + half]);
-                const float y1 = bf2f(f2bf(g1 * bf2f(s[j]))), y2 = bf2f(f2bf(g2 * bf2f(s[j + half])));
-                o[j] = f2bf(bf2f(f2bf(g1 * bf2f(c[j]))) + y2);
-                o[j + half] = f2bf(bf2f(f2bf(g2 * bf2f(c[j + half]))) - y1);
+                o[j] = rope1(xr[j], c[j], xr[j + half], s[j + half]);
+                o[j + half] = rope1(xr[j + half], c[j + half], (bf16)(xr[j] ^ 0x8000), s[j]);
             }
         } else {
 #pragma omp simd
             for (int64_t j = 0; j < half; j++) {
-                const float x1 = bf2f(xr[j]), x2 = bf2f(xr[j + half]);
-                o[j] = f2bf(bf2f(f2bf(x1 * bf2f(c[j]))) - bf2f(f2bf(x2 * bf2f(s[j]))));
-                o[j + half] =
-                    f2bf(bf2f(f2bf(x2 * bf2f(c[j + half]))) + bf2f(f2bf(x1 * bf2f(s[j + half]))));
+                o[j] = rope1(xr[j], c[j], (bf16)(xr[j + half] ^ 0x8000), s[j]);
+                o[j + half] = rope1(xr[j + half], c[j + half], xr[j], s[j + half]);
             }
         }
     }
