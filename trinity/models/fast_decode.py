@@ -14,9 +14,8 @@ the same arithmetic with
 - one attention call per layer over the cache, grouped-query heads mapped by the kernel
   (k / v are not repeated): SDPA, or in bf16 decode steps the
   :func:`trinity.kernels.Kernels.decode_attention` kernel, which reads each kv head's
-  cache once for its query heads and skips SDPA's per-call setup (SDPA took about a
-  quarter of a batch-32 decode step), with each prompt's keys and values kept once for
-  the rows that sample from it (:class:`DecodeBatch`).
+  cache once for its query heads and skips SDPA's per-call setup, with each prompt's
+  keys and values kept once for the rows that sample from it (:class:`DecodeBatch`).
 
 The model's own q/k/v and gate/up parameters become views into the fused tensors, so
 ``model.load_state_dict`` updates them in place; call :meth:`LlamaDecoder.refresh`
