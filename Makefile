@@ -18,11 +18,13 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/trinity run --config examples/arithmetic/grpo.yaml
 
+# two workers; the tests that start Ray or run a whole job stay on one of them, in turn
+# (tests/conftest.py)
 test: $(STAMP)
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n 2 --dist loadgroup
 
 test-fast: $(STAMP)
-	$(VENV)/bin/pytest -q -m "not slow"
+	$(VENV)/bin/pytest -q -n 2 --dist loadgroup -m "not slow"
 
 studio: $(STAMP)
 	$(VENV)/bin/trinity studio --port 8080

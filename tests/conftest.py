@@ -7,6 +7,30 @@ from pathlib import Path
 import pytest
 import torch
 
+TESTS = Path(__file__).resolve().parent
+
+# Tests that start Ray (a local instance, `ray start` nodes, `trinity run`) or run a whole
+# job: one xdist worker runs them one after another (`make test` passes
+# `-n 2 --dist loadgroup`). Two of them at once would share a machine sized for one, and
+# a run started while another test's `ray start` head is up would join that head.
+SERIAL = (
+    "e2e/",
+    "integration/test_collective_sync.py",
+    "integration/test_data_parallel.py",
+    "integration/test_object_store_weights.py",
+    "integration/test_ray_cluster.py",
+    "integration/explorer/test_bench.py",
+    "integration/explorer/test_rollout_engines.py",
+    "unit/monitor/test_timeline.py",
+    "unit/test_plugins.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.relative_to(TESTS).as_posix().startswith(SERIAL):
+            item.add_marker(pytest.mark.xdist_group("ray"))
+
 
 @pytest.fixture(scope="session")
 def smollm2_dir() -> Path:
