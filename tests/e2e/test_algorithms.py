@@ -173,7 +173,9 @@ def train_in_process(cfg, model_dir: Path, steps: int):
 
     trainer = Trainer(cfg, model_dir=model_dir, total_steps=steps)
     train_input = TrainInput(cfg, trainer.tokenizer)  # reads the example's dataset
-    history = [trainer.train_step(train_input.next_batch(trainer.global_step)) for _ in range(steps)]
+    history = [
+        trainer.train_step(train_input.next_batch(trainer.global_step)) for _ in range(steps)
+    ]
     return history, trainer
 
 

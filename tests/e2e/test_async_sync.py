@@ -46,7 +46,9 @@ def test_schedule_of_offset_and_interval() -> None:
 
 
 @pytest.mark.slow
-def test_async_run_reports_the_staleness_of_its_schedule(tiny_model_dir: Path, tmp_path: Path) -> None:
+def test_async_run_reports_the_staleness_of_its_schedule(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
     plugins = write_plugin(tmp_path / "plugins", "run")
     result = run_demo(
         tiny_model_dir,
@@ -65,10 +67,16 @@ def test_async_run_reports_the_staleness_of_its_schedule(tiny_model_dir: Path, t
     )
     assert result.returncode == 0, result.stderr[-4000:]
     job = tmp_path / "trinity-demo" / "async"
-    explorer = [r for r in _rows(job / "monitor" / "async_explorer_metrics.jsonl") if "rollout/staleness" in r]
+    explorer = [
+        r
+        for r in _rows(job / "monitor" / "async_explorer_metrics.jsonl")
+        if "rollout/staleness" in r
+    ]
     trainer = _rows(job / "monitor" / "async_trainer_metrics.jsonl")
     expected_versions = [required_version(s, 2, 1) for s in range(1, STEPS + 1)]
-    expected_staleness = [float(staleness(s, v)) for s, v in zip(range(1, STEPS + 1), expected_versions, strict=True)]
+    expected_staleness = [
+        float(staleness(s, v)) for s, v in zip(range(1, STEPS + 1), expected_versions, strict=True)
+    ]
     assert [r["step"] for r in explorer] == list(range(1, STEPS + 1))
     assert [r["rollout/model_version"] for r in explorer] == expected_versions
     assert [r["rollout/staleness"] for r in explorer] == expected_staleness == [0, 1, 2, 1]
@@ -105,8 +113,18 @@ def test_split_explore_and_train_processes(tiny_model_dir: Path, tmp_path: Path)
 
     def start(mode: str) -> subprocess.Popen:
         return subprocess.Popen(
-            [sys.executable, "-m", "trinity", *common, f"mode={mode}", f"ray_namespace=split-{mode}"],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "trinity",
+                *common,
+                f"mode={mode}",
+                f"ray_namespace=split-{mode}",
+            ],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
 
     # the trainer starts first (a local Ray instance unless one runs); the explorer joins
@@ -131,7 +149,11 @@ def test_split_explore_and_train_processes(tiny_model_dir: Path, tmp_path: Path)
                 proc.kill()
 
     # the explorer took every new policy from disk: step s explored with version s - 1
-    rows = [r for r in _rows(job / "monitor" / "split_explorer_metrics.jsonl") if "rollout/staleness" in r]
+    rows = [
+        r
+        for r in _rows(job / "monitor" / "split_explorer_metrics.jsonl")
+        if "rollout/staleness" in r
+    ]
     assert [r["rollout/model_version"] for r in rows] == [0, 1, 2]
     assert [r["rollout/staleness"] for r in rows] == [0, 0, 0]
     # the trainer read the explorer's experiences from the shared buffer

@@ -159,7 +159,9 @@ def test_faq_snippet_loads_a_trainer_checkpoint(tiny_model_dir: Path, tmp_path: 
         namespace,
     )
     model = namespace["model"]
-    assert not torch.allclose(_logits(AutoModelForCausalLM.from_pretrained(tiny_model_dir)), expected)
+    assert not torch.allclose(
+        _logits(AutoModelForCausalLM.from_pretrained(tiny_model_dir)), expected
+    )
     torch.testing.assert_close(_logits(model), expected, rtol=0, atol=1e-5)
 
 
@@ -171,7 +173,9 @@ def test_convert_merges_a_lora_checkpoint(
     trainer.train_step(_batch(0))
     trainer.save_checkpoint(job, 1)
     expected = _logits(trainer.model)
-    assert not torch.allclose(_logits(AutoModelForCausalLM.from_pretrained(tiny_model_dir)), expected)
+    assert not torch.allclose(
+        _logits(AutoModelForCausalLM.from_pretrained(tiny_model_dir)), expected
+    )
 
     code, out, err = _convert(capsys, "--checkpoint-dir", str(job))
     assert _statuses(out) == {"global_step_1": "converted"}, err

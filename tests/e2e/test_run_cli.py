@@ -57,18 +57,26 @@ def test_two_step_grpo_run(tiny_model_dir: Path, tmp_path: Path) -> None:
 
     # the policy moved: trained weights differ from the initial ones
     initial = load_file(tiny_model_dir / "model.safetensors")
-    trained = torch.load(job / "global_step_2/actor/model_world_size_1_rank_0.pt", weights_only=True)
+    trained = torch.load(
+        job / "global_step_2/actor/model_world_size_1_rank_0.pt", weights_only=True
+    )
     changed = [k for k, v in initial.items() if not torch.equal(v.float(), trained[k].float())]
     assert changed, "no parameter changed after two GRPO steps"
 
     # every logged trainer metric is finite, and the documented ones are there
-    rows = [json.loads(line) for line in (job / "monitor" / "e2e_trainer_metrics.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(line)
+        for line in (job / "monitor" / "e2e_trainer_metrics.jsonl").read_text().splitlines()
+    ]
     assert [r["step"] for r in rows] == [1, 2]
     for row in rows:
         for key in ("actor/pg_loss", "actor/grad_norm", "actor/lr", "time/train_step"):
             assert key in row
         assert all(math.isfinite(v) for v in row.values() if isinstance(v, float))
-    evals = [json.loads(line) for line in (job / "monitor" / "e2e_explorer_metrics.jsonl").read_text().splitlines()]
+    evals = [
+        json.loads(line)
+        for line in (job / "monitor" / "e2e_explorer_metrics.jsonl").read_text().splitlines()
+    ]
     assert any("eval/arithmetic_eval/accuracy/mean" in r for r in evals)
 
     # the experience backup holds every experience the explorer produced

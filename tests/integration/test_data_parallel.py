@@ -204,7 +204,9 @@ def two_nodes():
 
         def both_alive() -> bool:
             command = [sys.executable, "-c", probe]
-            return subprocess.run(command, env=env, capture_output=True, timeout=120).returncode == 0
+            return (
+                subprocess.run(command, env=env, capture_output=True, timeout=120).returncode == 0
+            )
 
         wait_until(both_alive, [head, second], "two live nodes", 180)
         yield address, env

@@ -112,7 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--checkpoint-dir (a job dir, one global_step_N dir, or a path inside one); already converted "
         "steps are skipped.",
     )
-    convert.add_argument("--checkpoint-dir", required=True, help="job dir, global_step_N dir, or a path inside one")
+    convert.add_argument(
+        "--checkpoint-dir", required=True, help="job dir, global_step_N dir, or a path inside one"
+    )
     convert.add_argument(
         "--base-model-dir",
         default=None,

@@ -87,7 +87,14 @@ def render() -> str:
         )
     lines = [HEADER]
     for name, rows in sections.items():
-        lines += ["", f"## `{name}`", "", "| key | type | default | meaning |", "|---|---|---|---|", *rows]
+        lines += [
+            "",
+            f"## `{name}`",
+            "",
+            "| key | type | default | meaning |",
+            "|---|---|---|---|",
+            *rows,
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -210,7 +210,10 @@ def _check_lora(cfg: Config) -> None:
     adapters = cfg.model.lora_configs
     if len(adapters) > 1:
         raise ConfigError(
-            "model.lora_configs", "holds more than one adapter", value=len(adapters), valid="at most one"
+            "model.lora_configs",
+            "holds more than one adapter",
+            value=len(adapters),
+            valid="at most one",
         )
     for i, lora in enumerate(adapters):
         path = f"model.lora_configs[{i}]"

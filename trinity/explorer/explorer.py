@@ -26,7 +26,9 @@ from trinity.explorer.runner import RunnerPool
 from trinity.types import Experience, Task
 
 
-def make_taskset_reader(config: Config, storage, *, batch_size: int, is_eval: bool) -> TasksetReader:
+def make_taskset_reader(
+    config: Config, storage, *, batch_size: int, is_eval: bool
+) -> TasksetReader:
     buf = config.buffer
     return TasksetReader(
         storage,
@@ -35,7 +37,9 @@ def make_taskset_reader(config: Config, storage, *, batch_size: int, is_eval: bo
         total_steps=None if is_eval else buf.total_steps,
         seed=config.seed,
         selector=storage.task_selector,
-        default_workflow=buf.explorer_input.default_workflow_type or buf.default_workflow_type or "math_workflow",
+        default_workflow=buf.explorer_input.default_workflow_type
+        or buf.default_workflow_type
+        or "math_workflow",
         default_reward_fn=buf.explorer_input.default_reward_fn_type or buf.default_reward_fn_type,
     )
 
@@ -52,7 +56,10 @@ def make_taskset_mix(config: Config) -> TasksetMix | None:
         for storage in storages
     ]
     return TasksetMix(
-        readers, batch_size=buf.batch_size, total_epochs=buf.total_epochs, total_steps=buf.total_steps
+        readers,
+        batch_size=buf.batch_size,
+        total_epochs=buf.total_epochs,
+        total_steps=buf.total_steps,
     )
 
 
@@ -82,7 +89,14 @@ def taskset_metrics(experiences: list[Experience]) -> dict[str, float]:
 class Explorer:
     """Owns the rollout engines, the runner pool and the tasksets."""
 
-    def __init__(self, config: Config, *, model_dir: str | Path, log_dir: Path | None, logger: logging.Logger | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        model_dir: str | Path,
+        log_dir: Path | None,
+        logger: logging.Logger | None = None,
+    ) -> None:
         self.config = config
         self.logger = logger or logging.getLogger("trinity.explorer")
         ex = config.explorer
@@ -152,7 +166,9 @@ class Explorer:
         if result.failed or result.timed_out:
             self.logger.warning(
                 "explore step %d: %d task(s) failed, %d timed out (see explorer_runner_*.log)",
-                step, result.failed, result.timed_out,
+                step,
+                result.failed,
+                result.timed_out,
             )
         return result.experiences, metrics
 
@@ -174,7 +190,10 @@ class Explorer:
         self.logger.info("loaded policy version %d", version)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"taskset": self.taskset.state_dict() if self.taskset else None, "model_version": self.model_version}
+        return {
+            "taskset": self.taskset.state_dict() if self.taskset else None,
+            "model_version": self.model_version,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if self.taskset is not None and state.get("taskset"):

@@ -99,7 +99,12 @@ class ExplorerRole:
         )
         self.pipeline = ExperiencePipeline(config.data_processor.experience_pipeline.operators)
         self.weights = weights.WeightReceiver(
-            config, self.job_dir, synchronizer, model_dir, self.logger, engines=self.explorer.engines
+            config,
+            self.job_dir,
+            synchronizer,
+            model_dir,
+            self.logger,
+            engines=self.explorer.engines,
         )
         initial = self.weights.initial_adapter()  # LoRA continuing a saved adapter
         if initial is not None:
@@ -290,7 +295,9 @@ class TrainerRole:
                 ray.get(self.sync.report.remote("trainer", step, metrics))
                 self.logger.info("train step %d ends: %s", step, _brief(metrics))
                 completed = step
-                if weights.publishes(cfg) and (step % syn.sync_interval == 0 or step == total_steps):
+                if weights.publishes(cfg) and (
+                    step % syn.sync_interval == 0 or step == total_steps
+                ):
                     self._publish(step)
                 if cfg.trainer.save_interval > 0 and step % cfg.trainer.save_interval == 0:
                     self.trainer.save_checkpoint(self.job_dir, step, keep)

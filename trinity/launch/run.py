@@ -258,7 +258,16 @@ def run_stage(
         trainer_actors = start_trainer(
             config,
             TrainerRole,
-            (config, str(job_dir), model_dir, buffer, synchronizer, total_steps, plugin_dirs, critic_dir),
+            (
+                config,
+                str(job_dir),
+                model_dir,
+                buffer,
+                synchronizer,
+                total_steps,
+                plugin_dirs,
+                critic_dir,
+            ),
             job_dir=str(job_dir),
             model_dir=model_dir,
             total_steps=total_steps,
@@ -484,7 +493,11 @@ def _final_metric_lines(job_dir: Path) -> list[str]:
                         best[key] = (value, step)
                 if key in _SUMMARY_KEYS:
                     final[key] = value
-    lines = [f"best {key}: {value:.4g} at step {step}" for key, (value, step) in sorted(best.items())]
+    lines = [
+        f"best {key}: {value:.4g} at step {step}" for key, (value, step) in sorted(best.items())
+    ]
     if final:
-        lines.append("final " + ", ".join(f"{k}={final[k]:.4g}" for k in _SUMMARY_KEYS if k in final))
+        lines.append(
+            "final " + ", ".join(f"{k}={final[k]:.4g}" for k in _SUMMARY_KEYS if k in final)
+        )
     return lines

@@ -138,7 +138,9 @@ def commit_checkpoint(
     """Once every rank has written its files: rename ``staging`` into place, move ``pointer``."""
     job_dir = Path(job_dir)
     actor = Path(staging) / "actor"
-    missing = [r for r in range(world_size) if not (actor / shard_name("model", world_size, r)).exists()]
+    missing = [
+        r for r in range(world_size) if not (actor / shard_name("model", world_size, r)).exists()
+    ]
     if missing:
         raise FileNotFoundError(f"ranks {missing} wrote no model file into {actor}")
     (actor / "fsdp_config.json").write_text(json.dumps({"world_size": world_size}))

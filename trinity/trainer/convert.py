@@ -36,7 +36,9 @@ def find_step_dirs(path: str | Path) -> list[Path]:
     return found
 
 
-def convert(checkpoint_dir: str | Path, base_model_dir: str | Path | None = None) -> list[tuple[Path, str]]:
+def convert(
+    checkpoint_dir: str | Path, base_model_dir: str | Path | None = None
+) -> list[tuple[Path, str]]:
     """Convert every checkpoint under ``checkpoint_dir``; returns (hf_dir, status) pairs."""
     results = []
     for step_dir in find_step_dirs(checkpoint_dir):
@@ -55,7 +57,9 @@ def convert_actor(actor_dir: Path, base_model_dir: str | Path | None = None) -> 
     from trinity.trainer import lora
 
     hf_dir = actor_dir / "huggingface"
-    if (hf_dir / "model.safetensors").exists() or (hf_dir / "model.safetensors.index.json").exists():
+    if (hf_dir / "model.safetensors").exists() or (
+        hf_dir / "model.safetensors.index.json"
+    ).exists():
         return "skipped"
     state_dict = load_fsdp_state_dict_from_verl_checkpoint(str(actor_dir))
     tmp = hf_dir.with_name(".huggingface.tmp")
@@ -108,7 +112,9 @@ def _merge_adapter(
     try:
         merged = applier.full_state_dict(adapter)
     except lora.LoRAError as error:
-        raise ConvertError(f"'{actor_dir}': {error} (is --base-model-dir the adapter's base?)") from error
+        raise ConvertError(
+            f"'{actor_dir}': {error} (is --base-model-dir the adapter's base?)"
+        ) from error
     with torch.no_grad():
         model.load_state_dict(merged)
     model.save_pretrained(str(out), safe_serialization=True)

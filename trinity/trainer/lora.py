@@ -31,7 +31,9 @@ from trinity.config.schema import LoRAConfig
 ADAPTER_DIR = "lora_adapter"
 ADAPTER_CONFIG = "adapter_config.json"
 _PREFIX = "base_model.model."
-_LORA_KEY = re.compile(r"^(?:base_model\.model\.)?(?P<module>.+)\.lora_(?P<which>[AB])(?:\.[^.]+)?\.weight$")
+_LORA_KEY = re.compile(
+    r"^(?:base_model\.model\.)?(?P<module>.+)\.lora_(?P<which>[AB])(?:\.[^.]+)?\.weight$"
+)
 
 
 class LoRAError(ValueError):
@@ -189,7 +191,9 @@ def pair_adapter(state: dict[str, torch.Tensor]) -> dict[str, tuple[torch.Tensor
     for key, tensor in state.items():
         match = _LORA_KEY.match(key)
         if match is None:
-            raise LoRAError(f"'{key}' is not a LoRA A/B weight (only linear adapters are supported)")
+            raise LoRAError(
+                f"'{key}' is not a LoRA A/B weight (only linear adapters are supported)"
+            )
         parts.setdefault(match["module"] + ".weight", {})[match["which"]] = tensor
     incomplete = [k for k, v in parts.items() if len(v) != 2]
     if incomplete:

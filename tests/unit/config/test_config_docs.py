@@ -13,7 +13,12 @@ def test_config_reference_is_up_to_date() -> None:
 
 def test_every_section_and_a_deep_key_are_documented() -> None:
     text = render()
-    for key in ("`buffer.explorer_input.taskset.format.prompt_key`", "`synchronizer.sync_offset`",
-                "`trainer.trainer_config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu`",
-                "`algorithm.optimizer.lr`", "`stages[].stage_name`", "`log.group_by_node`"):
+    for key in (
+        "`buffer.explorer_input.taskset.format.prompt_key`",
+        "`synchronizer.sync_offset`",
+        "`trainer.trainer_config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu`",
+        "`algorithm.optimizer.lr`",
+        "`stages[].stage_name`",
+        "`log.group_by_node`",
+    ):
         assert key in text, key

@@ -95,7 +95,8 @@ class StorageConfig:
     )
     capacity: int = setting(10000, "most experiences held in memory (queue)")
     skip_invalid_rows: bool = setting(
-        False, "skip and count malformed rows instead of stopping with an error naming file, line and key"
+        False,
+        "skip and count malformed rows instead of stopping with an error naming file, line and key",
     )
     is_eval: bool = setting(False, "set by resolve: true for eval tasksets")
 

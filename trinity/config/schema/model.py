@@ -17,10 +17,13 @@ class LoRAConfig:
     name: str = setting("default", "name of the adapter")
     path: str = setting("", "adapter directory (peft format) to start from; empty: a new adapter")
     lora_rank: int = setting(8, "rank r of the low-rank update B @ A")
-    lora_alpha: float = setting(16.0, "scale of the update: B @ A is multiplied by lora_alpha / lora_rank")
+    lora_alpha: float = setting(
+        16.0, "scale of the update: B @ A is multiplied by lora_alpha / lora_rank"
+    )
     lora_dropout: float = setting(0.0, "dropout applied to the adapter's input while training")
     target_modules: list[str] = setting(
-        ["all-linear"], "names of the linear layers to adapt, e.g. [q_proj, v_proj]; all-linear: every one but the output head"
+        ["all-linear"],
+        "names of the linear layers to adapt, e.g. [q_proj, v_proj]; all-linear: every one but the output head",
     )
 
 
@@ -64,5 +67,6 @@ class ModelConfig:
         "bfloat16", "parameter/compute dtype of rollout and training: bfloat16 or float32"
     )
     lora_configs: list[LoRAConfig] = setting(
-        [], "LoRA adapters to train instead of the full policy (at most one); empty: full fine-tuning"
+        [],
+        "LoRA adapters to train instead of the full policy (at most one); empty: full fine-tuning",
     )
