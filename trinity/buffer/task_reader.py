@@ -58,6 +58,20 @@ def as_dict(obj: Any) -> dict[str, Any]:
     return {k: v for k, v in vars(obj).items() if not k.startswith("_")}
 
 
+def workflow_reads_prompt(name: str | None) -> bool:
+    """Whether the registered workflow ``name`` builds its prompt from the format's prompt
+    column (``Workflow.reads_prompt``); True for a name not registered, the strict side."""
+    if not name:
+        return True
+    from trinity.utils.registry import UnknownNameError
+    from trinity.workflows import WORKFLOWS
+
+    try:
+        return bool(getattr(WORKFLOWS.get(name), "reads_prompt", True))
+    except UnknownNameError:
+        return True
+
+
 def stream_length(
     batch_size: int, total_epochs: int, total_steps: int | None, epoch_size: int
 ) -> int:
@@ -121,7 +135,8 @@ class TasksetReader:
     def _load_rows(self) -> list[dict[str, Any]]:
         storage_type = getattr(self.cfg, "storage_type", "file")
         storage_type = getattr(storage_type, "value", storage_type)
-        rules = format_rules(self.format)
+        # the prompt column is checked only for workflows that read it
+        rules = format_rules(self.format) if workflow_reads_prompt(self.workflow) else []
         invalid = self.invalid if self.skip_invalid else None
         if storage_type == "file":
             return read_rows(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from trinity.types import Experience, Task
 
@@ -20,6 +20,11 @@ if TYPE_CHECKING:
 
 class Workflow(ABC):
     """Base class of every workflow; subclasses implement ``run_async``."""
+
+    #: whether the workflow builds its prompt from the row's ``format.prompt_key`` (or
+    #: ``messages_key``) column, which the taskset reader then checks in every row; a
+    #: workflow that builds it from other columns (or an environment) sets False
+    reads_prompt: ClassVar[bool] = True
 
     def __init__(
         self,

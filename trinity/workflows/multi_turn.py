@@ -27,6 +27,8 @@ from trinity.workflows.single_turn import rollout_args, set_reward
 class EnvWorkflow(Workflow):
     """Episodes of a registered text environment, one experience per episode."""
 
+    reads_prompt = False  # the environment opens the conversation
+
     async def run_async(self) -> list[Experience]:
         args = self.task.workflow_args
         env_cls = ENVIRONMENTS.get(str(args.get("env", "guess_number")))
