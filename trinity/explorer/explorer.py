@@ -101,32 +101,45 @@ class Explorer:
         self.logger = logger or logging.getLogger("trinity.explorer")
         ex = config.explorer
         self.engines = RolloutEngines.from_config(config, str(model_dir))
-        # the rollout model first, then explorer.auxiliary_models (never sent weights)
-        self.served = [
-            ModelReplicas(
-                config, ex.rollout_model, self.engines, "explorer.rollout_model", logger=self.logger
+        self.served: list[ModelReplicas] = []
+        try:
+            # the rollout model first, then explorer.auxiliary_models (never sent weights)
+            self.served.append(
+                ModelReplicas(
+                    config,
+                    ex.rollout_model,
+                    self.engines,
+                    "explorer.rollout_model",
+                    logger=self.logger,
+                )
             )
-        ]
-        for i in range(len(ex.auxiliary_models)):
-            self.served.append(ModelReplicas.auxiliary(config, i, logger=self.logger))
-        self.models = self.served[0].wrappers
-        self.model = self.models[0]
-        inputs = config.buffer.explorer_input
-        self.taskset = make_taskset_mix(config)
-        self.eval_tasks: dict[str, list[Task]] = {}
-        for storage in inputs.eval_tasksets:
-            reader = make_taskset_reader(config, storage, batch_size=1, is_eval=True)
-            self.eval_tasks[storage.name] = [self._as_eval(t) for t in reader.read_all()]
-        self.runners = RunnerPool(
-            self.models,
-            num_runners=ex.runner_per_model * ex.rollout_model.engine_num,
-            max_timeout=ex.max_timeout,
-            max_retry_times=ex.max_retry_times,
-            env_vars=ex.env_vars,
-            auxiliary_models=[served.wrappers for served in self.served[1:]],
-            log_dir=log_dir,
-            log_level=config.log.level,
-        )
+            for i in range(len(ex.auxiliary_models)):
+                self.served.append(ModelReplicas.auxiliary(config, i, logger=self.logger))
+            self.models = self.served[0].wrappers
+            self.model = self.models[0]
+            inputs = config.buffer.explorer_input
+            self.taskset = make_taskset_mix(config)
+            self.eval_tasks: dict[str, list[Task]] = {}
+            for storage in inputs.eval_tasksets:
+                reader = make_taskset_reader(config, storage, batch_size=1, is_eval=True)
+                self.eval_tasks[storage.name] = [self._as_eval(t) for t in reader.read_all()]
+            self.runners = RunnerPool(
+                self.models,
+                num_runners=ex.runner_per_model * ex.rollout_model.engine_num,
+                max_timeout=ex.max_timeout,
+                max_retry_times=ex.max_retry_times,
+                env_vars=ex.env_vars,
+                auxiliary_models=[served.wrappers for served in self.served[1:]],
+                log_dir=log_dir,
+                log_level=config.log.level,
+            )
+        except BaseException:
+            # a failed start (a bad taskset, say) stops the engines it started, so a
+            # caller that handles the error is not left with their threads running
+            for served in self.served:
+                served.close()
+            self.engines.close()
+            raise
 
     @staticmethod
     def _as_eval(task: Task) -> Task:

@@ -135,3 +135,25 @@ def test_one_explore_step_of_the_example(
     assert f"rollout/{metric}/mean" in metrics
     for exp in experiences:
         assert exp.action_mask.any()  # the policy's own tokens are trained
+
+
+def test_an_explorer_that_cannot_read_its_taskset_stops_its_engine(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    import threading
+
+    from trinity.explorer.explorer import Explorer
+
+    cfg = load_config(
+        CONFIGS["guess_number"],
+        [
+            f"model.model_path={tiny_model_dir}",
+            f"checkpoint_root_dir={tmp_path}",
+            "buffer.explorer_input.default_workflow_type=math_workflow",
+        ],
+    )
+    before = set(threading.enumerate())
+    with pytest.raises(MissingKeyError, match="format.prompt_key"):
+        Explorer(cfg, model_dir=tiny_model_dir, log_dir=tmp_path / "log")
+    left = [t.name for t in set(threading.enumerate()) - before if t.is_alive()]
+    assert left == []
