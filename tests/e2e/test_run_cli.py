@@ -115,3 +115,28 @@ def test_help_describes_commands() -> None:
     run_help = run_cli("run", "--help")
     for option in ("--config", "--dry-run", "--plugin-dir", "KEY=VALUE"):
         assert option in run_help.stdout
+
+
+@pytest.mark.slow
+def test_an_actor_that_cannot_start_fails_the_run_with_its_error(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    # rows without the prompt column math_workflow reads: the explorer's start fails
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.jsonl").write_text('{"question": "1 + 1 = ?", "answer": "2"}\n' * 4)
+    result = run_demo(
+        tiny_model_dir,
+        tmp_path,
+        "name=bad-taskset",
+        "buffer.total_steps=1",
+        f"buffer.explorer_input.taskset.path={data}",
+        "buffer.explorer_input.taskset.format.prompt_key=prompt",
+        "buffer.explorer_input.eval_tasksets=[]",
+    )
+    assert result.returncode == 1, result.stderr[-4000:]
+    assert "trinity: an actor failed" in result.stderr
+    assert "missing key 'prompt' (named by format.prompt_key)" in result.stderr
+    # reported as an error, not as the worker aborting (trinity.launch.actor_start)
+    assert "Fatal Python error" not in result.stderr
+    assert "SIGABRT" not in result.stderr

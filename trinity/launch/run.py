@@ -185,6 +185,7 @@ def run_stage(
     policy as a Hugging Face directory, reported as ``final_model_dir``."""
     import ray
 
+    from trinity.launch.actor_start import deferred_start_errors
     from trinity.launch.cluster import connect, torch_work_overlaps
     from trinity.launch.resume import resume_step
     from trinity.launch.roles import ExplorerRole, TrainerRole
@@ -248,7 +249,7 @@ def run_stage(
     explorer = None
     if mode in ("both", "explore"):
         explorer = (
-            ray.remote(ExplorerRole)
+            ray.remote(deferred_start_errors(ExplorerRole))
             .options(num_cpus=EXPLORER_CPUS, max_concurrency=2, name=config.explorer.name)
             .remote(config, str(job_dir), model_dir, buffer, synchronizer, plugin_dirs)
         )

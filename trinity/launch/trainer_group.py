@@ -23,6 +23,7 @@ import ray
 
 from trinity.config import Config
 from trinity.config.trainer_ranks import RankLayout, check_data_parallel, trainer_layout
+from trinity.launch.actor_start import deferred_start_errors
 from trinity.trainer.distributed import RankInfo
 from trinity.utils.resources import TRAINER_CPUS
 from trinity.utils.threads import torch_thread_method
@@ -195,7 +196,10 @@ def start_trainer(
 
 def _rank_options(cls: type, name: str, options: dict[str, Any], strategy: Any = None):
     extra = {"scheduling_strategy": strategy} if strategy is not None else {}
-    return ray.remote(cls).options(max_concurrency=2, name=name, **options, **extra)
+    # threaded (a status call may come during run): a start error is raised by the first call
+    return ray.remote(deferred_start_errors(cls)).options(
+        max_concurrency=2, name=name, **options, **extra
+    )
 
 
 def _reserve(layout: RankLayout, on_gpu: bool, timeout_s: float = 60.0):

@@ -1,0 +1,49 @@
+"""Start errors of threaded actors, reported as errors rather than worker aborts.
+
+The explorer and trainer roles run as Ray actors with ``max_concurrency > 1`` (a call
+such as a status query can arrive while ``run`` is busy). When the constructor of such
+an actor raises (a taskset it cannot read, a missing model file), Ray 2.x reports the
+error and then aborts the worker process while tearing it down, which prints a C++
+stack trace and "Fatal Python error: Aborted" after the real message. An actor with the
+default concurrency of one does not abort.
+
+:func:`deferred_start_errors` wraps a role class so that its constructor keeps the
+exception instead of raising it, and every public method raises it: the actor starts,
+the driver's first call (``run``, ``setup``) fails with the original exception and
+traceback, and the run stops the actors as after any failed step.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+
+def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if self._start_error is not None:
+            raise self._start_error
+        return method(self, *args, **kwargs)
+
+    return call
+
+
+def deferred_start_errors(cls: type) -> type:
+    """A subclass of ``cls`` whose ``__init__`` keeps an exception for the public methods
+    (those not starting with ``_``) to raise; the subclass keeps ``cls``'s name."""
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        self._start_error = None
+        try:
+            cls.__init__(self, *args, **kwargs)
+        except Exception as exc:  # not KeyboardInterrupt / SystemExit
+            self._start_error = exc
+
+    namespace: dict[str, Any] = {"__init__": __init__, "__doc__": cls.__doc__}
+    for klass in reversed(cls.__mro__[:-1]):  # inherited public methods too, not object's
+        for name, member in vars(klass).items():
+            if not name.startswith("_") and callable(member) and not isinstance(member, type):
+                namespace[name] = _guarded(member)
+    return type(cls.__name__, (cls,), namespace)
