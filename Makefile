@@ -19,12 +19,12 @@ demo: $(STAMP)
 	$(VENV)/bin/trinity run --config examples/arithmetic/grpo.yaml
 
 # two workers; the tests that start Ray or run a whole job stay on one of them, in turn
-# (tests/conftest.py)
+# (the scheduler in tests/conftest.py)
 test: $(STAMP)
-	$(VENV)/bin/pytest -q -n 2 --dist loadgroup
+	$(VENV)/bin/pytest -q -n 2
 
 test-fast: $(STAMP)
-	$(VENV)/bin/pytest -q -n 2 --dist loadgroup -m "not slow"
+	$(VENV)/bin/pytest -q -n 2 -m "not slow"
 
 studio: $(STAMP)
 	$(VENV)/bin/trinity studio --port 8080

@@ -7,12 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-TESTS = Path(__file__).resolve().parent
-
 # Tests that start Ray (a local instance, `ray start` nodes, `trinity run`) or run a whole
-# job: one xdist worker runs them one after another (`make test` passes
-# `-n 2 --dist loadgroup`). Two of them at once would share a machine sized for one, and
-# a run started while another test's `ray start` head is up would join that head.
+# job: with xdist (`make test` passes `-n 2`) one worker runs them one after another,
+# while the other tests are spread over the workers. Two of them at once would share a
+# machine sized for one, and a run started while another test's `ray start` head is up
+# would join that head.
 SERIAL = (
     "e2e/",
     "integration/test_collective_sync.py",
@@ -26,10 +25,19 @@ SERIAL = (
 )
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.path.relative_to(TESTS).as_posix().startswith(SERIAL):
-            item.add_marker(pytest.mark.xdist_group("ray"))
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """xdist's scope scheduler with every SERIAL test in one scope (a scope runs whole
+    on one worker, in order) and each other test a scope of its own. (xdist's loadgroup,
+    which would do this from marks, does not group under pytest 9: its node-id suffix
+    is not applied.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SerialScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0].removeprefix("tests/")
+            return "serial" if path.startswith(SERIAL) else nodeid
+
+    return SerialScheduling(config, log)
 
 
 @pytest.fixture(scope="session")
