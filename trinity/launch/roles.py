@@ -284,9 +284,11 @@ class TrainerRole:
                     break
                 self.logger.info("train step %d begins with %d experiences", step, len(experiences))
                 metrics = self.trainer.train_step(experiences)
-                # nothing of the step is alive now: its freed tensors go back to the OS
-                # before the weights are published (the explorer grows while it loads them)
-                release_free_memory()
+                if not cfg.trainer.keep_memory_between_steps:
+                    # nothing of the step is alive now: its freed tensors go back to the OS
+                    # before the weights are published (the explorer grows while it loads
+                    # them); the next step faults its pages in again (utils/memory.py)
+                    release_free_memory()
                 versions = [e.model_version for e in experiences]
                 metrics["trainer/staleness/mean"] = sum(step - 1 - v for v in versions) / len(
                     versions

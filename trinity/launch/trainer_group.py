@@ -25,6 +25,7 @@ from trinity.config import Config
 from trinity.config.trainer_ranks import RankLayout, check_data_parallel, trainer_layout
 from trinity.launch.actor_start import deferred_start_errors
 from trinity.trainer.distributed import RankInfo
+from trinity.utils.memory import release_free_memory
 from trinity.utils.resources import TRAINER_CPUS
 from trinity.utils.threads import torch_thread_method
 
@@ -67,6 +68,8 @@ class TrainerRank:
     def call(self, method: str, *args: Any) -> None:
         """Run ``Trainer.<method>(*args)`` alongside rank 0; rank 0 keeps the results."""
         getattr(self.trainer, method)(*args)
+        if method == "train_step" and not self.spec[0].trainer.keep_memory_between_steps:
+            release_free_memory()  # as rank 0 does (TrainerRole)
 
     @torch_thread_method
     def shutdown(self) -> None:

@@ -6,6 +6,19 @@ most of it, fragmented across its arenas, so a trainer that needs ~2.5 GiB at it
 sat at ~3.3 GiB between steps and the explorer doubled its resident size after the first
 weight sync. Between steps, when nothing large is alive, :func:`release_free_memory`
 returns the free pages (``malloc_trim``), which costs a few milliseconds.
+
+A trainer wants the opposite within its run: each step allocates and frees the same
+tensors, and every page the OS hands out anew costs a page fault on first touch
+(under a hypervisor a slow and erratic one: the bf16 train step of the default model
+took ~43,000 faults and ~1.25 s per step, and 0.91 s with none). By default glibc maps
+every block above 32 MiB (the LM head's gradient, the logits) afresh and unmaps it on
+free, and hands the top of its heaps back once more than a few MiB are free there, so a
+step faults its largest tensors in again each time. :func:`keep_freed_memory` makes it
+serve every block from its heaps and keep what is freed, so from the second step on a
+step reuses pages it has already touched. Kept, they leave the process at its in-step
+peak between steps; the trainer's role returns them after each step unless
+``trainer.keep_memory_between_steps`` is set (trinity/launch/roles.py), so the fault cost
+comes back once per step but not the copies within it.
 """
 
 from __future__ import annotations
@@ -16,21 +29,37 @@ import functools
 
 
 @functools.cache
-def _malloc_trim():
-    name = ctypes.util.find_library("c")
+def _libc(name: str, argtypes: tuple, restype):
+    """glibc's ``name`` with its C signature, or None in other C libraries (musl,
+    macOS), where there is nothing to do."""
+    path = ctypes.util.find_library("c")
     try:
-        libc = ctypes.CDLL(name) if name else None
-        trim = libc.malloc_trim if libc is not None else None
-    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to do
+        function = getattr(ctypes.CDLL(path), name) if path else None
+    except (OSError, AttributeError):
         return None
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return trim
+    if function is not None:
+        function.argtypes, function.restype = list(argtypes), restype
+    return function
+
+
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # glibc's malloc.h
+
+
+def keep_freed_memory() -> bool:
+    """Make this process's heap keep freed memory for reuse (process-wide, from now on):
+    no block gets its own mapping and no free space is handed back to the OS on its own.
+    False where the C library has no ``mallopt`` (then nothing changes)."""
+    mallopt = _libc("mallopt", (ctypes.c_int, ctypes.c_int), ctypes.c_int)
+    if mallopt is None:
+        return False
+    # both return 1 on success; with mmap off, a block too big for a thread's heap
+    # comes from the main heap (or, if that cannot grow, a mapping after all)
+    return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
 
 
 def release_free_memory() -> bool:
     """Return the heap's free pages to the OS; False where the C library cannot."""
-    trim = _malloc_trim()
+    trim = _libc("malloc_trim", (ctypes.c_size_t,), ctypes.c_int)
     if trim is None:
         return False
     trim(0)

@@ -126,7 +126,9 @@ def test_packed_split_equals_one_row_per_micro_batch(
     # the same trainer, one row per micro-batch (the reference pass too)
     trainer.max_tokens = trainer.ref_max_tokens = None
     batch_single, _ = trainer.prepare(experiences)
-    torch.testing.assert_close(batch.ref_logprobs, batch_single.ref_logprobs, rtol=0, atol=1e-6)
+    # a row's logprobs may differ by a rounding of float32 between batch shapes (the
+    # matmul kernels block the rows differently on some CPUs)
+    torch.testing.assert_close(batch.ref_logprobs, batch_single.ref_logprobs, rtol=1e-6, atol=1e-6)
     m_single = trainer.backward(batch_single)
     g_single = grads(trainer.model)
     assert m_single["loss"][1] == 8 and m_packed["loss"][1] == 6

@@ -113,7 +113,10 @@ def test_grouped_attention_matches_sdpa_in_fp32(trainer: Trainer, shared: bool) 
         torch.testing.assert_close(grouped_logprobs[mask], logprobs[mask], atol=1e-5, rtol=1e-5)
         assert grads.keys() == grouped_grads.keys()
         for name, grad in grouped_grads.items():
-            torch.testing.assert_close(grad, grads[name], atol=1e-5, rtol=1e-4, msg=name)
+            # float32 summation order differs between the kernels (and between CPUs):
+            # the absolute tolerance scales with the tensor's largest entry
+            scale = max(1.0, float(grads[name].abs().max()))
+            torch.testing.assert_close(grad, grads[name], atol=1e-5 * scale, rtol=1e-4, msg=name)
 
 
 def _attention_inputs(dtype: torch.dtype, queries: int, length: int):
