@@ -20,6 +20,11 @@ after each timed step: on a shared machine the rate the CPU gives drifts within 
 so each step is set against the peak measured right after it, and the % printed is the
 median over the steps. A conservative reading is printed too: the median step against
 the highest peak seen in the run. Printed: tokens/s, achieved FLOP/s and both % of peak.
+
+``--keep-memory`` runs the trainer as ``trainer.keep_memory_between_steps: true`` does:
+the process's heap keeps what a step frees, so later steps fault no fresh pages in.
+Without it the process keeps glibc's defaults, as the trainer's role does by default
+(there it also returns the free pages after each step).
 """
 
 from __future__ import annotations
@@ -98,6 +103,11 @@ def main() -> int:
     parser.add_argument("--prompt", type=int, default=40)
     parser.add_argument("--response", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3, help="timed steps per dtype")
+    parser.add_argument(
+        "--keep-memory",
+        action="store_true",
+        help="as trainer.keep_memory_between_steps: true (freed memory kept for the next step)",
+    )
     args = parser.parse_args()
     if min(args.batch, args.group, args.prompt, args.response, args.repeats) < 1:
         parser.error("--batch, --group, --prompt, --response and --repeats must be >= 1")
@@ -106,11 +116,17 @@ def main() -> int:
     from trinity.trainer.trainer import Trainer
 
     model_dir = resolve_model_path(DEFAULT_MODEL)
+    if args.keep_memory:
+        from trinity.utils.memory import keep_freed_memory
+
+        if not keep_freed_memory():
+            parser.error("--keep-memory needs glibc's mallopt")
     tokens = args.batch * (args.prompt + args.response)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, model {model_dir.name}")
     print(
         f"batch {args.batch} x ({args.prompt} prompt + {args.response} response) tokens "
-        f"= {tokens} tokens per step, {args.group} rollouts per prompt"
+        f"= {tokens} tokens per step, {args.group} rollouts per prompt; freed memory "
+        + ("kept between steps (--keep-memory)" if args.keep_memory else "as glibc's defaults")
     )
     for dtype in args.dtype:
         torch_dtype = getattr(torch, dtype)

@@ -34,7 +34,7 @@ from trinity.pipeline import ExperiencePipeline
 from trinity.sync import weights
 from trinity.trainer import checkpoint as ckpt
 from trinity.utils.log import get_actor_logger
-from trinity.utils.memory import release_free_memory
+from trinity.utils.memory import keep_freed_memory, release_free_memory
 from trinity.utils.threads import on_torch_thread, torch_thread_method
 
 
@@ -233,6 +233,9 @@ class TrainerRole:
         self.buffer = buffer
         self.sync = synchronizer
         self.monitor = _monitor(config, self.job_dir, "trainer")
+        if config.trainer.keep_memory_between_steps and keep_freed_memory():
+            # each step reuses the last one's pages (utils/memory.py)
+            self.logger.info("the trainer keeps the memory a step frees for the next step")
         # loaded on the thread that will train it: one OpenMP team (trinity.utils.threads)
         self.trainer = on_torch_thread(
             build_rank0,

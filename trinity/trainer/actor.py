@@ -315,7 +315,9 @@ def _logits_with_shared_prompts(
     prompt_ids, response_ids = batch.input_ids[first, :prompt], batch.input_ids[:, prompt:end]
     # one embedding lookup and one LM head for both passes: one backward each, and the
     # tied weight's gradient is summed from two parts instead of four
-    embeds = _embed(model, torch.cat([prompt_ids.reshape(-1), response_ids.reshape(-1)]))
+    embeds = model.get_input_embeddings()(
+        torch.cat([prompt_ids.reshape(-1), response_ids.reshape(-1)])
+    )
     if response > 1 and _packs_prompts(model, batch, first.numel()):
         return lm_head(_packed_hidden(decoder, batch, first, inverse, embeds))
     cache = DynamicCache(config=model.config)
@@ -337,25 +339,6 @@ def _logits_with_shared_prompts(
         ).last_hidden_state
         hidden = torch.cat([hidden, rest], dim=1)
     return lm_head(hidden)
-
-
-def _embed(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
-    """The input embeddings of ``ids``. When the embedding is a plain lookup tied to the
-    LM head, its gradient comes back as sparse rows (only the looked-up ids), which
-    autograd adds in place into the head's dense gradient, computed first: no zero-filled
-    vocabulary x hidden tensor and no second one for the sum."""
-    embedding, head = model.get_input_embeddings(), model.get_output_embeddings()
-    if (
-        type(embedding) is torch.nn.Embedding
-        and head is not None
-        and embedding.weight is getattr(head, "weight", None)
-        and embedding.max_norm is None
-        and not embedding.scale_grad_by_freq
-    ):
-        return torch.nn.functional.embedding(
-            ids, embedding.weight, embedding.padding_idx, sparse=True
-        )
-    return embedding(ids)
 
 
 def _packs_prompts(model: torch.nn.Module, batch: TrainBatch, prompts: int) -> bool:

@@ -40,7 +40,6 @@ from trinity.trainer.fused_layers import fuse_layers
 from trinity.trainer.optim import build_optimizer
 from trinity.trainer.precision import MasterWeights
 from trinity.types import Experience
-from trinity.utils.memory import keep_freed_memory
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 
@@ -124,9 +123,6 @@ class Trainer:
         actor_cfg = tc.actor_rollout_ref.actor
         torch.manual_seed(config.seed)
         random.seed(config.seed)
-        # every step allocates the same tensors again: serve them from pages the last
-        # step already touched instead of faulting fresh ones in (trinity/utils/memory.py)
-        keep_freed_memory()
 
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         self.pad_token_id = self.tokenizer.pad_token_id

@@ -15,10 +15,12 @@ every block above 32 MiB (the LM head's gradient, the logits) afresh and unmaps 
 free, and hands the top of its heaps back once more than a few MiB are free there, so a
 step faults its largest tensors in again each time. :func:`keep_freed_memory` makes it
 serve every block from its heaps and keep what is freed, so from the second step on a
-step reuses pages it has already touched. Kept, they leave the process at its in-step
-peak between steps; the trainer's role returns them after each step unless
-``trainer.keep_memory_between_steps`` is set (trinity/launch/roles.py), so the fault cost
-comes back once per step but not the copies within it.
+step reuses pages it has already touched, and the process stays at its in-step peak
+between steps. The trainer's role does this with ``trainer.keep_memory_between_steps``;
+by default it keeps glibc's behaviour and returns the free pages after each step
+(trinity/launch/roles.py), since a run's memory peak is the sum of its processes'.
+(Keeping the pages but still returning them after each step was slower than either:
+the next step faults everything in again, through the heaps' smaller growth steps.)
 """
 
 from __future__ import annotations

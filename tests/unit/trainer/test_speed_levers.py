@@ -259,8 +259,6 @@ def _value_and_grads(trainer: Trainer, batch, forward) -> tuple[torch.Tensor, di
     logprobs = logits.float().log_softmax(-1).gather(-1, labels[..., None]).squeeze(-1)
     (logprobs * batch.action_mask).sum().backward()
     grads = {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
-    # the tied embedding's sparse rows were added into the head's dense gradient
-    assert all(g.layout == torch.strided for g in grads.values())
     trainer.model.zero_grad(set_to_none=True)
     return logprobs.detach(), grads
 
@@ -277,8 +275,6 @@ def test_shared_prompts_match_the_full_forward(
         actor, "_packed_hidden", lambda *args: calls.append(1) or packed_hidden(*args)
     )
     batch = collate(grouped_rollouts(), trainer.pad_token_id)
-    model = trainer.model
-    assert model.get_input_embeddings().weight is model.get_output_embeddings().weight  # tied
     first, inverse = shared_prompt_rows(batch)
     assert first.tolist() == [0, 4, 8]
     assert inverse.tolist() == [0] * 4 + [1] * 4 + [2] * 4
