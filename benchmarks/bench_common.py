@@ -1,7 +1,9 @@
-"""What the benchmark scripts share: the demo's config with the benchmark's settings."""
+"""What the benchmark scripts share: the demo's config with the benchmark's settings,
+and the matmul peak of this machine."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -46,3 +48,21 @@ def demo_config(
         *extra,
     ]
     return load_config(CONFIG, overrides)
+
+
+_SHAPES = [(1024, 576, 1536), (1024, 1536, 576), (2048, 2048, 2048)]
+
+
+def matmul_peak(dtype, repeats: int = 5) -> float:
+    """Best FLOP/s of ``a @ b`` (``dtype``: a torch dtype) over a few shapes."""
+    import torch  # not at import: grpo_step.py's workers import trinity before torch
+
+    best = 0.0
+    for m, k, n in _SHAPES:
+        a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+        a @ b
+        for _ in range(repeats):
+            start = time.perf_counter()
+            a @ b
+            best = max(best, 2 * m * k * n / (time.perf_counter() - start))
+    return best

@@ -17,6 +17,12 @@ that counts the prompt's columns once. The engine generates ``--tokens``
 tokens per row (``ignore_eos``, so every row runs to the end) from one chat prompt with
 ``n = B`` samples, as GRPO rollouts do; tokens/s counts generated tokens over the whole
 ``generate`` call (prefill included). The % of roofline is printed for each batch.
+
+A large enough batch is bound by arithmetic instead: each generated token costs about
+2 FLOPs per weight it multiplies (plus its attention). So the script also measures the
+matmul peak of the dtype (the best ``a @ b`` rate, as train_throughput.py does) and
+prints, per batch, the compute roofline ``peak / FLOPs per token`` and which of the two
+bounds is lower on this machine.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import sys
 import time
 
 import torch
+from bench_common import matmul_peak
 
 
 def measure_bandwidth(gib: float = 1.0, repeats: int = 5) -> tuple[float, float]:
@@ -67,6 +74,16 @@ def kv_bytes_per_token(model: torch.nn.Module) -> int:
     return 2 * config.num_hidden_layers * kv_heads * head_dim * element
 
 
+def flops_per_token(model: torch.nn.Module, weight_bytes: int, context: float) -> float:
+    """FLOPs of one generated token: a multiply and an add per weight it reads, plus
+    its attention (q.k and p.v over ``context`` positions in every layer)."""
+    config = model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    element = next(model.parameters()).element_size()
+    attention = 4 * config.num_hidden_layers * config.num_attention_heads * head_dim * context
+    return 2 * weight_bytes / element + attention
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -98,10 +115,12 @@ def main() -> int:
     # OpenMP team and slow the engine's decoding down (trinity.models.batcher)
     read_bw, copy_bw = engine.run_in_worker(measure_bandwidth)
     bandwidth = max(read_bw, copy_bw)
+    peak = engine.run_in_worker(lambda: matmul_peak(getattr(torch, args.dtype)))
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     print(
         f"memory bandwidth: read {read_bw / 1e9:.1f} GB/s, copy {copy_bw / 1e9:.1f} GB/s "
-        f"-> roofline uses {bandwidth / 1e9:.1f} GB/s"
+        f"-> roofline uses {bandwidth / 1e9:.1f} GB/s; {args.dtype} matmul peak "
+        f"{peak / 1e9:.0f} GFLOP/s"
     )
     weights = weight_bytes_per_step(engine.model)
     kv_token = kv_bytes_per_token(engine.model)
@@ -130,6 +149,7 @@ def main() -> int:
             tokens_per_s = batch * args.tokens / seconds
             step_bytes = weights + batch * context * kv_token
             roofline = batch * bandwidth / step_bytes
+            compute = peak / flops_per_token(engine.model, weights, context)
             shared = ""
             if shared_prompt:
                 read = weights + (len(prompt) + batch * args.tokens / 2) * kv_token
@@ -137,7 +157,10 @@ def main() -> int:
             print(
                 f"batch {batch:3d}: {tokens_per_s:8.1f} tokens/s, roofline {roofline:8.1f} "
                 f"tokens/s -> {100 * tokens_per_s / roofline:5.1f}% of roofline "
-                f"({seconds:.2f} s per call){shared}",
+                f"({seconds:.2f} s per call){shared}; compute roofline {compute:.0f} "
+                f"tokens/s ({100 * tokens_per_s / compute:.1f}%): "
+                + ("bandwidth-bound" if roofline < compute else "compute-bound")
+                + " on this machine",
                 flush=True,
             )
     finally:

@@ -36,22 +36,7 @@ import tempfile
 import time
 
 import torch
-from bench_common import demo_config
-
-_SHAPES = [(1024, 576, 1536), (1024, 1536, 576), (2048, 2048, 2048)]
-
-
-def matmul_peak(dtype: torch.dtype, repeats: int = 5) -> float:
-    """Best FLOP/s of ``a @ b`` over a few shapes."""
-    best = 0.0
-    for m, k, n in _SHAPES:
-        a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
-        a @ b
-        for _ in range(repeats):
-            start = time.perf_counter()
-            a @ b
-            best = max(best, 2 * m * k * n / (time.perf_counter() - start))
-    return best
+from bench_common import demo_config, matmul_peak
 
 
 def model_flops(
