@@ -31,7 +31,6 @@ samples from it.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 import os
 from collections.abc import Callable
@@ -47,6 +46,7 @@ from trinity.models.cpu_linear import (
     packed_linear,
     packing_supported,
 )
+from trinity.utils.memory import release_free_memory
 
 logger = logging.getLogger(__name__)
 
@@ -86,20 +86,6 @@ def _fuse(linears: list[nn.Linear]) -> torch.Tensor:
     return fused
 
 
-def _return_freed_memory() -> None:
-    """Hand the heap's free pages back to the OS (glibc only; elsewhere a no-op).
-
-    Fusing frees the model's separate q/k/v and gate/up weights, but glibc keeps freed
-    blocks of that size in its heap: without this the process stays that much bigger
-    (0.14 GiB for SmolLM2-135M).
-    """
-    name = ctypes.util.find_library("c")
-    try:
-        ctypes.CDLL(name).malloc_trim(0)
-    except (OSError, AttributeError, TypeError):
-        pass
-
-
 class _Layer:
     def __init__(self, layer: nn.Module) -> None:
         attn, mlp = layer.self_attn, layer.mlp
@@ -131,7 +117,9 @@ class LlamaDecoder:
         self.intermediate = config.intermediate_size
         self.eps = config.rms_norm_eps
         self.layers = [_Layer(layer) for layer in model.model.layers]
-        _return_freed_memory()
+        # fusing freed the separate q/k/v and gate/up weights; glibc would keep blocks of
+        # that size in its heap (0.14 GiB for SmolLM2-135M)
+        release_free_memory()
         self.embed = model.model.embed_tokens.weight
         self.final_norm = model.model.norm.weight
         self.head = model.lm_head.weight
