@@ -126,6 +126,7 @@ def main() -> int:
     kv_token = kv_bytes_per_token(engine.model)
     prompt = engine.apply_chat_template([{"role": "user", "content": "What is 17 + 25?"}])
     context = len(prompt) + args.tokens / 2  # mean context length over the decode
+    compute = peak / flops_per_token(engine.model, weights, context)  # tokens/s, any batch
     # the C decode step keeps the prompt's keys and values once for all its rows
     shared_prompt = engine._fast is not None and engine._fast.c_step
     print(
@@ -149,7 +150,6 @@ def main() -> int:
             tokens_per_s = batch * args.tokens / seconds
             step_bytes = weights + batch * context * kv_token
             roofline = batch * bandwidth / step_bytes
-            compute = peak / flops_per_token(engine.model, weights, context)
             shared = ""
             if shared_prompt:
                 read = weights + (len(prompt) + batch * args.tokens / 2) * kv_token

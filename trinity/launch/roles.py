@@ -34,7 +34,7 @@ from trinity.pipeline import ExperiencePipeline
 from trinity.sync import weights
 from trinity.trainer import checkpoint as ckpt
 from trinity.utils.log import get_actor_logger
-from trinity.utils.memory import keep_freed_memory, release_free_memory
+from trinity.utils.memory import TrainerHeap, release_free_memory
 from trinity.utils.threads import on_torch_thread, torch_thread_method
 
 
@@ -233,8 +233,8 @@ class TrainerRole:
         self.buffer = buffer
         self.sync = synchronizer
         self.monitor = _monitor(config, self.job_dir, "trainer")
-        if config.trainer.keep_memory_between_steps and keep_freed_memory():
-            # each step reuses the last one's pages (utils/memory.py)
+        self.heap = TrainerHeap(config.trainer.keep_memory_between_steps)
+        if self.heap.keeps:  # each step reuses the last one's pages (utils/memory.py)
             self.logger.info("the trainer keeps the memory a step frees for the next step")
         # loaded on the thread that will train it: one OpenMP team (trinity.utils.threads)
         self.trainer = on_torch_thread(
@@ -287,11 +287,10 @@ class TrainerRole:
                     break
                 self.logger.info("train step %d begins with %d experiences", step, len(experiences))
                 metrics = self.trainer.train_step(experiences)
-                if not cfg.trainer.keep_memory_between_steps:
-                    # nothing of the step is alive now: its freed tensors go back to the OS
-                    # before the weights are published (the explorer grows while it loads
-                    # them); the next step faults its pages in again (utils/memory.py)
-                    release_free_memory()
+                # nothing of the step is alive now: unless kept, its freed tensors go back
+                # to the OS before the weights are published (the explorer grows while it
+                # loads them); the next step faults its pages in again (utils/memory.py)
+                self.heap.after_step()
                 versions = [e.model_version for e in experiences]
                 metrics["trainer/staleness/mean"] = sum(step - 1 - v for v in versions) / len(
                     versions

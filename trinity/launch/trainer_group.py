@@ -25,7 +25,7 @@ from trinity.config import Config
 from trinity.config.trainer_ranks import RankLayout, check_data_parallel, trainer_layout
 from trinity.launch.actor_start import deferred_start_errors
 from trinity.trainer.distributed import RankInfo
-from trinity.utils.memory import keep_freed_memory, release_free_memory
+from trinity.utils.memory import TrainerHeap
 from trinity.utils.resources import TRAINER_CPUS
 from trinity.utils.threads import torch_thread_method
 
@@ -59,8 +59,7 @@ class TrainerRank:
         name = f"{config.trainer.name}_rank_{info.rank}"
         logger = start_actor(config, job_dir, name, plugin_dirs)
         distributed.init_process_group(info)
-        if config.trainer.keep_memory_between_steps:
-            keep_freed_memory()  # as rank 0 does (TrainerRole)
+        self.heap = TrainerHeap(config.trainer.keep_memory_between_steps)  # as rank 0's
         self.trainer = Trainer(
             config, model_dir=model_dir, total_steps=total_steps, logger=logger, rank_info=info
         )
@@ -70,8 +69,8 @@ class TrainerRank:
     def call(self, method: str, *args: Any) -> None:
         """Run ``Trainer.<method>(*args)`` alongside rank 0; rank 0 keeps the results."""
         getattr(self.trainer, method)(*args)
-        if method == "train_step" and not self.spec[0].trainer.keep_memory_between_steps:
-            release_free_memory()  # as rank 0 does (TrainerRole)
+        if method == "train_step":
+            self.heap.after_step()  # as rank 0 does (TrainerRole)
 
     @torch_thread_method
     def shutdown(self) -> None:

@@ -66,3 +66,17 @@ def release_free_memory() -> bool:
         return False
     trim(0)
     return True
+
+
+class TrainerHeap:
+    """A trainer process's heap between its steps (``trainer.keep_memory_between_steps``):
+    with ``keep`` it keeps what a step frees for the next one from now on; otherwise
+    :meth:`after_step` returns the step's freed memory to the OS."""
+
+    def __init__(self, keep: bool) -> None:
+        self.keeps = keep and keep_freed_memory()
+
+    def after_step(self) -> None:
+        """Call when nothing of the step is alive any more."""
+        if not self.keeps:
+            release_free_memory()

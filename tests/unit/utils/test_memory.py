@@ -70,3 +70,19 @@ def test_keep_freed_memory_reuses_touched_pages():
     default, kept = faults("default"), faults("keep")
     assert min(default[-4:]) >= 32, default
     assert sum(kept[-4:]) < 20, kept
+
+
+@pytest.mark.parametrize("keep, kept", [(True, True), (False, False)])
+def test_trainer_heap_returns_freed_memory_only_when_not_keeping(
+    monkeypatch: pytest.MonkeyPatch, keep: bool, kept: bool
+) -> None:
+    from trinity.utils import memory
+
+    calls = []
+    monkeypatch.setattr(memory, "keep_freed_memory", lambda: calls.append("keep") or True)
+    monkeypatch.setattr(memory, "release_free_memory", lambda: calls.append("release") or True)
+    heap = memory.TrainerHeap(keep)
+    heap.after_step()
+    heap.after_step()
+    assert heap.keeps is kept
+    assert calls == (["keep"] if keep else ["release", "release"])
