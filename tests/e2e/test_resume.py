@@ -26,11 +26,18 @@ REPO = Path(__file__).resolve().parents[2]
 SHARD = "actor/model_world_size_1_rank_0.pt"
 
 REWARD_PLUGIN = """
+import os
+import time
+
 from trinity.rewards.registry import REWARD_FNS
 
 
 @REWARD_FNS.register("char_variety_reward")
 def char_variety_reward(response: str, truth: object) -> dict[str, float]:
+    # the run to be killed holds step 3 here, so it is killed in the middle of that step
+    hold = os.environ.get("HOLD_STEP_3_OF_LOG")
+    while hold and os.path.exists(hold) and "explore step 3 begins" in open(hold).read():
+        time.sleep(0.5)
     return {"variety": len(set(response)) / max(len(response), 1)}
 """
 
@@ -140,9 +147,14 @@ def command(config: Path, plugins: Path) -> list[str]:
     ]
 
 
-def start(args: list[str], log: Path, *, root: Path, model: Path) -> subprocess.Popen:
+def start(
+    args: list[str], log: Path, *, root: Path, model: Path, hold_step_3: Path | None = None
+) -> subprocess.Popen:
+    """``hold_step_3``: the run's explorer log; its rewards then wait once step 3 began."""
     # a session of its own: the run, its Ray processes and actors form one process group
     env = {**os.environ, "ROOT": str(root), "MODEL": str(model)}
+    if hold_step_3 is not None:
+        env["HOLD_STEP_3_OF_LOG"] = str(hold_step_3)
     with open(log, "w") as out:
         return subprocess.Popen(
             args, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
@@ -212,7 +224,9 @@ def test_killed_run_resumes_to_the_same_weights(tiny_model_dir: Path, tmp_path: 
     root = tmp_path / "interrupted"
     job = root / "trinity-demo" / "resume"
     killed_log = tmp_path / "killed.log"
-    proc = start(args, killed_log, root=root, model=tiny_model_dir)
+    proc = start(
+        args, killed_log, root=root, model=tiny_model_dir, hold_step_3=job / "log" / "explorer.log"
+    )
 
     def in_step_3() -> bool:
         latest = job / "latest_checkpointed_iteration.txt"

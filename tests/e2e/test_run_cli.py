@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,14 @@ def test_two_step_grpo_run(tiny_model_dir: Path, tmp_path: Path) -> None:
     ):
         assert (job / rel).exists(), rel
     assert (job / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+    # one node, sync_method memory: the weights went through the shared file, which the
+    # run removed; the explorer took both versions
+    trainer_log = (job / "log/trainer.log").read_text()
+    (slot,) = re.findall(r"published through the shared file (\S+)", trainer_log)
+    assert not Path(slot).exists()
+    explorer_log = (job / "log/explorer.log").read_text()
+    assert "synchronized to policy version 1" in explorer_log
+    assert "synchronized to policy version 2" in explorer_log
     png = (job / "monitor" / "summary.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
     assert "<img" in (job / "monitor" / "report.html").read_text()

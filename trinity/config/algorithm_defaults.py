@@ -60,6 +60,27 @@ PART_NAMES = (
 )
 
 
+# The parts trinity.algorithm registers, by the names the config uses (a test checks this
+# list against the registries). Config validation reads it to accept a built-in name
+# without importing the algorithm package, and with it torch, in the driver.
+BUILTIN_PART_NAMES: dict[str, frozenset[str]] = {
+    "advantage_fn": frozenset({"grpo", "opmd", "ppo", "reinforceplusplus", "remax", "rloo"}),
+    "policy_loss_fn": frozenset({"dpo", "gspo", "mix", "opmd", "ppo", "sft"}),
+    "kl_fn": frozenset({"none", "k1", "k2", "k3", "low_var_kl", "abs"}),
+    "entropy_loss_fn": frozenset({"default", "none"}),
+    "sample_strategy": frozenset({"default", "staleness_limit", "mix"}),
+}
+# the registry (kind) each part name of the config is looked up in
+PART_KINDS = {
+    "advantage_fn": "advantage_fn",
+    "policy_loss_fn": "policy_loss_fn",
+    "kl_penalty_fn": "kl_fn",
+    "kl_loss_fn": "kl_fn",
+    "entropy_loss_fn": "entropy_loss_fn",
+    "sample_strategy": "sample_strategy",
+}
+
+
 def defaults_for(algorithm_type: str) -> AlgorithmDefaults:
     """The table row of ``algorithm_type``; ConfigError naming the known types otherwise."""
     try:

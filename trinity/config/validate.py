@@ -8,9 +8,16 @@ key path and what would be valid.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable
 
-from trinity.config.algorithm_defaults import NONE, PART_NAMES, defaults_for
+from trinity.config.algorithm_defaults import (
+    BUILTIN_PART_NAMES,
+    NONE,
+    PART_KINDS,
+    PART_NAMES,
+    defaults_for,
+)
 from trinity.config.convert import build, to_plain
 from trinity.config.errors import ConfigError, closest
 from trinity.config.resolve import check_trainer_config_source
@@ -118,8 +125,13 @@ def _check_part_names(cfg: Config) -> None:
     """Part names must be registered and their ``*_args`` fit the part's ``Args``.
 
     Checked once the algorithm package has registered parts; a registry that is still
-    empty is not checked.
+    empty is not checked. A config naming only built-in parts, with no ``*_args``, is
+    checked against BUILTIN_PART_NAMES without importing the package (and torch).
     """
+    if "trinity.algorithm" not in sys.modules and all(
+        _builtin_part_without_args(cfg, part) for part in PART_NAMES
+    ):
+        return
     try:
         import trinity.algorithm  # noqa: F401  (importing it registers the parts)
         from trinity.algorithm import registries
@@ -162,6 +174,13 @@ def _check_part_names(cfg: Config) -> None:
                 value=given,
                 valid=f"arguments of {part} '{name}': {names}",
             ) from exc
+
+
+def _builtin_part_without_args(cfg: Config, part: str) -> bool:
+    name = getattr(cfg.algorithm, part)
+    if getattr(cfg.algorithm, f"{part}_args"):
+        return False
+    return name is None or name == NONE or name in BUILTIN_PART_NAMES[PART_KINDS[part]]
 
 
 def _check_model(cfg: Config) -> None:

@@ -184,8 +184,12 @@ class ExplorerRole:
             return
         start = time.perf_counter()
         got, state_dict = fetched
-        if state_dict is not None:  # None: a broadcast already loaded every engine
-            self.explorer.load_weights(state_dict, got)
+        try:
+            if state_dict is not None:  # None: a broadcast already loaded every engine
+                self.explorer.load_weights(state_dict, got)
+        finally:
+            del state_dict  # views of the shared-memory slot, if it is used
+            self.weights.release()
         self.logger.info(
             "synchronized to policy version %d in %.2fs", got, time.perf_counter() - start
         )
@@ -255,6 +259,10 @@ class TrainerRole:
         )
         # sync_method nccl: rank 0 hosts the weight broadcast group and serves it
         self.sender = start_sender(config, synchronizer, self.logger)
+        # sync_method memory on one node: the shared-memory slot (trinity.sync.weight_slot)
+        self.slot = weights.slot_writer(config, synchronizer)
+        if self.slot is not None:
+            self.logger.info("weights are published through the shared file %s", self.slot.path)
 
     @torch_thread_method
     def shutdown_ranks(self) -> None:
@@ -312,6 +320,8 @@ class TrainerRole:
             weights.set_trainer_status(self.job_dir, "finished")
             ray.get(self.sync.finish.remote("trainer"))
             self.monitor.close()
+            if self.slot is not None:
+                self.slot.close()  # the driver removes the file once the explorer is done
         if export_hf and completed > 0:
             final_model_dir = str(self.trainer.export_hf(self.job_dir, completed))
         return {"steps": completed, "final_model_dir": final_model_dir}
@@ -329,7 +339,9 @@ class TrainerRole:
 
     def _publish(self, step: int) -> None:
         start = time.perf_counter()
-        weights.publish(self.trainer, self.config, self.job_dir, self.sync, step, self.sender)
+        weights.publish(
+            self.trainer, self.config, self.job_dir, self.sync, step, self.sender, self.slot
+        )
         self.logger.info("published policy version %d in %.2fs", step, time.perf_counter() - start)
 
 

@@ -14,11 +14,12 @@ directory (``global_step_<N>/actor/huggingface``).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -234,68 +235,75 @@ def run_stage(
     print(
         f"[trinity] ray: {how} ({ray.cluster_resources().get('CPU', 0):.0f} CPUs)", file=sys.stderr
     )
-    synchronizer = ray.remote(Synchronizer).options(num_cpus=SERVICE_CPUS).remote()
-    actors: list[Any] = [synchronizer]
-    refs: dict[str, Any] = {}
-    buffer = None
-    if not trains_on_dataset(config):
-        exp_buf = config.buffer.trainer_input.experience_buffer
-        buffer = (
-            ray.remote(_BufferActor)
-            .options(num_cpus=SERVICE_CPUS, max_concurrency=16, name=exp_buf.name)
-            .remote(exp_buf)
-        )
-        actors.append(buffer)
-    explorer = None
-    if mode in ("both", "explore"):
-        explorer = (
-            ray.remote(deferred_start_errors(ExplorerRole))
-            .options(num_cpus=EXPLORER_CPUS, max_concurrency=2, name=config.explorer.name)
-            .remote(config, str(job_dir), model_dir, buffer, synchronizer, plugin_dirs)
-        )
-        actors.append(explorer)
-        refs["explorer"] = explorer.run.remote(total_steps, start_step)
-    if mode in ("both", "train"):
-        trainer_actors = start_trainer(
-            config,
-            TrainerRole,
-            (
+    # sync_method memory on one node: the weights travel through one shared-memory file
+    with weight_slot(config) as slot:
+        synchronizer = ray.remote(Synchronizer).options(num_cpus=SERVICE_CPUS).remote(slot)
+        actors: list[Any] = [synchronizer]
+        refs: dict[str, Any] = {}
+        buffer = None
+        if not trains_on_dataset(config):
+            exp_buf = config.buffer.trainer_input.experience_buffer
+            buffer = (
+                ray.remote(_BufferActor)
+                .options(num_cpus=SERVICE_CPUS, max_concurrency=16, name=exp_buf.name)
+                .remote(exp_buf)
+            )
+            actors.append(buffer)
+        explorer = None
+        if mode in ("both", "explore"):
+            explorer = (
+                ray.remote(deferred_start_errors(ExplorerRole))
+                .options(num_cpus=EXPLORER_CPUS, max_concurrency=2, name=config.explorer.name)
+                .remote(config, str(job_dir), model_dir, buffer, synchronizer, plugin_dirs)
+            )
+            actors.append(explorer)
+            refs["explorer"] = explorer.run.remote(total_steps, start_step)
+        if mode in ("both", "train"):
+            trainer_actors = start_trainer(
                 config,
-                str(job_dir),
-                model_dir,
-                buffer,
-                synchronizer,
-                total_steps,
-                plugin_dirs,
-                critic_dir,
-            ),
-            job_dir=str(job_dir),
-            model_dir=model_dir,
-            total_steps=total_steps,
-            plugin_dirs=plugin_dirs,
+                TrainerRole,
+                (
+                    config,
+                    str(job_dir),
+                    model_dir,
+                    buffer,
+                    synchronizer,
+                    total_steps,
+                    plugin_dirs,
+                    critic_dir,
+                ),
+                job_dir=str(job_dir),
+                model_dir=model_dir,
+                total_steps=total_steps,
+                plugin_dirs=plugin_dirs,
+            )
+            trainer = trainer_actors.lead
+            actors.extend(trainer_actors.ranks)
+            refs["trainer"] = trainer.run.remote(total_steps, start_step, export_hf=export_final)
+        write_placement(job_dir, explorer, trainer_actors)
+        results = _follow(
+            refs, synchronizer, total_steps, "trainer" if "trainer" in refs else "explorer"
         )
-        trainer = trainer_actors.lead
-        actors.extend(trainer_actors.ranks)
-        refs["trainer"] = trainer.run.remote(total_steps, start_step, export_hf=export_final)
-    write_placement(job_dir, explorer, trainer_actors)
-    results = _follow(
-        refs, synchronizer, total_steps, "trainer" if "trainer" in refs else "explorer"
-    )
-    if trainer_actors is not None:
-        trainer_actors.shutdown()
-    if explorer is not None:
-        ray.get(explorer.close.remote())
-    if config.monitor.enable_ray_timeline:
-        from trinity.monitor.timeline import write_ray_timeline
+        if trainer_actors is not None:
+            trainer_actors.shutdown()
+        if explorer is not None:
+            ray.get(explorer.close.remote())
+        if config.monitor.enable_ray_timeline:
+            from trinity.monitor.timeline import write_ray_timeline
 
-        write_ray_timeline(job_dir)
-    for actor in reversed(actors):
-        ray.kill(actor)
-    # the next stage names its actors the same way; a name is free once its actor is gone
-    rank_names = trainer_actors.release() if trainer_actors is not None else []
-    _wait_until_released(
-        [config.explorer.name, config.trainer.name, _experience_buffer_name(config), *rank_names]
-    )
+            write_ray_timeline(job_dir)
+        for actor in reversed(actors):
+            ray.kill(actor)
+        # the next stage names its actors the same way; a name is free once its actor is gone
+        rank_names = trainer_actors.release() if trainer_actors is not None else []
+        _wait_until_released(
+            [
+                config.explorer.name,
+                config.trainer.name,
+                _experience_buffer_name(config),
+                *rank_names,
+            ]
+        )
     return _summarise(config, job_dir, results, model_dir)
 
 
@@ -371,6 +379,26 @@ class _BufferActor:
 
     def close(self) -> None:
         self.queue.close()
+
+
+@contextlib.contextmanager
+def weight_slot(config: Config) -> Iterator[str | None]:
+    """The shared-memory file of a one-node ``sync_method: memory`` run (None otherwise),
+    removed when the run ends (``trinity.sync.weight_slot``)."""
+    import ray
+
+    from trinity.sync.weight_slot import new_slot_path, remove_slot
+
+    path = None
+    if config.mode == "both" and config.synchronizer.sync_method == "memory":
+        here = ray.get_runtime_context().get_node_id()
+        nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
+        if nodes == [here]:
+            path = new_slot_path()
+    try:
+        yield path
+    finally:
+        remove_slot(path)
 
 
 def _follow(refs: dict[str, Any], synchronizer, total_steps: int, lead: str) -> dict[str, Any]:

@@ -24,9 +24,15 @@ class SyncTimeout(TimeoutError):
 
 
 class Synchronizer:
-    def __init__(self) -> None:
+    def __init__(self, weight_slot: str | None = None) -> None:
+        """``weight_slot``: the shared-memory file the weights travel through with
+        ``sync_method: memory`` on one node (``trinity.sync.weight_slot``), else None."""
         self.version = 0
-        self.weights: list[Any] | None = None  # [ObjectRef] wrapped so Ray keeps it a ref
+        # [ObjectRef] wrapped so Ray keeps it a ref, or [SlotVersion]
+        self.weights: list[Any] | None = None
+        self.weight_slot = weight_slot
+        self.readers = 0  # explorers copying the slot's version
+        self.writing = False  # the trainer is overwriting the slot
         self._changed = asyncio.Condition()
         self.status: dict[str, dict[str, Any]] = {}
         self.finished: dict[str, bool] = {}
@@ -39,6 +45,37 @@ class Synchronizer:
         async with self._changed:
             self.version = version
             self.weights = weights
+            self.writing = False
+            self._changed.notify_all()
+
+    # ---------------------------------------------------------------- weight slot
+    async def slot_path(self) -> str | None:
+        return self.weight_slot
+
+    async def begin_write(self, timeout: float) -> None:
+        """The trainer may overwrite the slot once no explorer reads it; until its
+        ``publish``, no explorer starts reading."""
+        async with self._changed:
+            try:
+                await asyncio.wait_for(self._changed.wait_for(lambda: self.readers == 0), timeout)
+            except asyncio.TimeoutError:
+                raise SyncTimeout(
+                    f"the explorer did not finish copying policy version {self.version} "
+                    f"within {timeout:.0f}s; raise synchronizer.sync_timeout if it is slow"
+                ) from None
+            self.writing = True
+
+    async def begin_read(self) -> tuple[int, list[Any] | None]:
+        """The slot's version, which stays there until ``end_read`` (it may be newer
+        than the one ``wait_for`` or ``latest`` named)."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: not self.writing)
+            self.readers += 1
+            return self.version, self.weights
+
+    async def end_read(self) -> None:
+        async with self._changed:
+            self.readers = max(0, self.readers - 1)
             self._changed.notify_all()
 
     async def wait_for(self, version: int, timeout: float) -> tuple[int, list[Any] | None]:

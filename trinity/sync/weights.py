@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from trinity.config import Config
+from trinity.sync.weight_slot import SlotReader, SlotVersion, SlotWriter
 from trinity.trainer import checkpoint as ckpt
 
 TRAINER_STATUS = "trainer_status.json"
@@ -155,6 +156,8 @@ class WeightReceiver:
         self.model_dir = model_dir
         self.logger = logger or logging.getLogger("trinity.sync")
         self._applier = None
+        self._slot_reader = None  # sync through the shared-memory slot (weight_slot.py)
+        self._reading = False
         self.collective = None
         if (
             engines is not None
@@ -224,7 +227,13 @@ class WeightReceiver:
             return None
         if self.collective is not None:
             return self.collective.receive(), None
-        if weights is not None:
+        if weights is not None and isinstance(weights[0], SlotVersion):
+            version, weights = ray.get(self.sync.begin_read.remote())
+            self._reading = True  # until release(): the trainer does not overwrite it
+            if self._slot_reader is None:
+                self._slot_reader = SlotReader()
+            state = self._slot_reader.read(weights[0])
+        elif weights is not None:
             state = from_object_store(ray.get(weights[0]))
         else:  # checkpoint sync: the trainer wrote the weights to disk
             from trinity.common.models.utils import load_fsdp_state_dict_from_verl_checkpoint
@@ -235,6 +244,15 @@ class WeightReceiver:
                 ckpt.step_dir(self.job_dir, version) / "actor"
             )
         return version, self.full_weights(state)
+
+    def release(self) -> None:
+        """Call once the weights returned by ``before_step`` / ``wait_for`` / ``newest``
+        are copied: with the shared-memory slot, the trainer may then overwrite them."""
+        if self._reading:
+            import ray
+
+            self._reading = False
+            ray.get(self.sync.end_read.remote())
 
     def full_weights(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """``state`` as a full state dict: LoRA adapters are merged into the base weights."""
@@ -258,6 +276,9 @@ class WeightReceiver:
 
     def close(self) -> None:
         """Leave the broadcast group (``nccl``) at the end of the explorer's run."""
+        if self._slot_reader is not None:
+            self._slot_reader.close()
+            self._slot_reader = None
         if self.collective is not None:
             self.collective.close()
             self.collective = None
@@ -273,11 +294,28 @@ class WeightReceiver:
         return self.full_weights(lora.load_adapter_dir(Path(adapters[0].path)))
 
 
+def slot_writer(config: Config, synchronizer: Any) -> SlotWriter | None:
+    """The trainer's end of the shared-memory slot, when the run's driver made one."""
+    import ray
+
+    if config.mode != "both" or config.synchronizer.sync_method != "memory":
+        return None
+    path = ray.get(synchronizer.slot_path.remote())
+    return SlotWriter(path) if path else None
+
+
 def publish(
-    trainer: Any, config: Config, job_dir: Path, synchronizer: Any, step: int, sender: Any = None
+    trainer: Any,
+    config: Config,
+    job_dir: Path,
+    synchronizer: Any,
+    step: int,
+    sender: Any = None,
+    slot: SlotWriter | None = None,
 ) -> None:
     """The trainer's end: make the policy of ``step`` available as version ``step``;
-    ``sender``: the ``WeightSender`` of a broadcast run (``nccl``)."""
+    ``sender``: the ``WeightSender`` of a broadcast run (``nccl``); ``slot``: the
+    shared-memory slot of a one-node ``memory`` run (:func:`slot_writer`)."""
     import ray
 
     weights = None
@@ -285,6 +323,10 @@ def publish(
         trainer.save_state_dict(job_dir, step)
     elif sender is not None:  # kept by the sender until the explorer asks for it
         sender.stage(step, trainer.weights_for_sync())
+    elif slot is not None:
+        # no explorer starts reading until publish (a failed write fails the run)
+        ray.get(synchronizer.begin_write.remote(config.synchronizer.sync_timeout))
+        weights = [slot.write(trainer.weights_for_sync())]
     else:
         weights = [ray.put(to_object_store(trainer.weights_for_sync()))]
     ray.get(synchronizer.publish.remote(step, weights))

@@ -25,9 +25,10 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 LATEST_CHECKPOINT = "latest_checkpointed_iteration.txt"
 LATEST_STATE_DICT = "latest_state_dict_iteration.txt"
@@ -118,6 +119,8 @@ def write_rank_shards(
     extra_state: dict[str, Any] | None,
 ) -> None:
     """Rank ``rank``'s model, optimizer and extra state files (plain tensors only)."""
+    import torch  # here: the driver reads this module's pointers and never imports torch
+
     actor = Path(staging) / "actor"
     torch.save(model_state, actor / shard_name("model", world_size, rank))
     if optim_state is not None:
@@ -182,5 +185,7 @@ def _is_full(job_dir: Path, step: int) -> bool:
 
 
 def load_actor_shard(job_dir: Path, step: int, kind: str, world_size: int = 1, rank: int = 0):
+    import torch
+
     path = step_dir(job_dir, step) / "actor" / shard_name(kind, world_size, rank)
     return torch.load(path, map_location="cpu", weights_only=True)

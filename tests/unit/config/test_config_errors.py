@@ -320,3 +320,63 @@ def test_misspelt_part_argument_once_registered(minimal: dict[str, Any]) -> None
         check(minimal)
     assert_good_error(info.value, "algorithm.kl_loss_fn_args", "kl_cof")
     assert "kl_coef" in str(info.value)
+
+
+def test_builtin_part_names_are_what_the_registries_hold() -> None:
+    from trinity.algorithm import registries
+    from trinity.config.algorithm_defaults import BUILTIN_PART_NAMES
+
+    for registry in (
+        registries.ADVANTAGE_FN,
+        registries.POLICY_LOSS_FN,
+        registries.KL_FN,
+        registries.ENTROPY_LOSS_FN,
+        registries.SAMPLE_STRATEGY,
+    ):
+        # plugins loaded by other tests may have added parts of their own modules
+        builtin = {
+            name
+            for name in registry.names()
+            if registry.get(name).__module__.startswith("trinity.algorithm")
+        }
+        assert builtin == BUILTIN_PART_NAMES[registry.kind], registry.kind
+
+
+VALIDATE_IN_A_FRESH_INTERPRETER = """
+import sys
+from datetime import datetime
+from trinity.config import config_from_dict, resolve, validate
+cfg = resolve(config_from_dict({config!r}), now=datetime(2025, 1, 1))
+try:
+    validate(cfg)
+    print("valid")
+except Exception as exc:
+    print(type(exc).__name__, exc)
+print("torch imported:", "torch" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize(
+    ("change", "expect_valid", "expect_torch"),
+    [
+        ({}, True, False),  # built-in parts: no import of the algorithm package
+        ({"algorithm.advantage_fn": "grpo_typo"}, False, True),  # checked against the registry
+        ({"algorithm.kl_loss_fn_args": {"kl_cof": 0.1}}, False, True),  # arguments are built
+    ],
+)
+def test_validation_imports_torch_only_when_a_part_needs_it(
+    minimal: dict[str, Any], change: dict[str, Any], expect_valid: bool, expect_torch: bool
+) -> None:
+    import subprocess
+    import sys
+
+    for key, value in change.items():
+        put(minimal, key, value)
+    out = subprocess.run(
+        [sys.executable, "-c", VALIDATE_IN_A_FRESH_INTERPRETER.format(config=minimal)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out.startswith("valid") == expect_valid, out
+    assert f"torch imported: {expect_torch}" in out, out

@@ -1,0 +1,117 @@
+"""The shared-memory weight slot: exact round trips, and the synchronizer keeping the
+trainer's writes and the explorer's reads apart."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from trinity.sync import weight_slot
+from trinity.sync.synchronizer import Synchronizer, SyncTimeout
+from trinity.sync.weight_slot import SlotReader, SlotWriter
+
+
+def state(seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "embed.weight": torch.randn(7, 5, generator=g).to(torch.bfloat16),
+        "norm.weight": torch.randn(5, generator=g),  # fp32 beside bf16
+        "odd": torch.randn(3, generator=g).to(torch.bfloat16),  # 6 bytes: the next is realigned
+        "head.weight": torch.randn(2, 3, 4, generator=g).to(torch.bfloat16).transpose(0, 1),
+        "scalar": torch.tensor(3.0),
+    }
+
+
+def test_each_version_reads_back_bit_for_bit(tmp_path: Path) -> None:
+    writer, reader = SlotWriter(str(tmp_path / "slot")), SlotReader()
+    for seed in (1, 2):  # the second version overwrites the first in place
+        sent = state(seed)
+        version = writer.write(sent)
+        got = reader.read(version)
+        assert list(got) == list(sent)
+        for name, tensor in sent.items():
+            assert got[name].dtype == tensor.dtype and got[name].shape == tensor.shape
+            assert torch.equal(got[name], tensor), name
+        assert all(e.offset % 64 == 0 for e in version.entries)
+        del got
+    assert os.path.getsize(tmp_path / "slot") == version.size
+    reader.close()
+    writer.close()
+
+
+def test_a_state_of_another_size_remaps_both_ends(tmp_path: Path) -> None:
+    writer, reader = SlotWriter(str(tmp_path / "slot")), SlotReader()
+    reader.read(writer.write(state(1)))
+    bigger = {"w": torch.arange(1000, dtype=torch.float32)}
+    got = reader.read(writer.write(bigger))
+    assert torch.equal(got["w"], bigger["w"])
+
+
+def test_slots_of_drivers_that_are_gone_are_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(weight_slot, "SHM_DIR", tmp_path)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    stale = tmp_path / f"trinity-weights-{dead.stdout.strip()}-abc"
+    live = tmp_path / f"trinity-weights-{os.getpid()}-def"
+    other = tmp_path / "unrelated-file"
+    for p in (stale, live, other):
+        p.write_bytes(b"x")
+    path = weight_slot.new_slot_path()
+    assert path is not None and Path(path).parent == tmp_path
+    assert Path(path).name.startswith(f"trinity-weights-{os.getpid()}-")
+    assert not stale.exists() and live.exists() and other.exists()
+    weight_slot.remove_slot(str(live))
+    assert not live.exists()
+
+
+def test_the_trainer_waits_for_a_reader_and_readers_wait_for_the_writer() -> None:
+    async def scenario() -> list[str]:
+        sync, events = Synchronizer("unused"), []
+        await sync.publish(1, ["v1"])
+        version, weights = await sync.begin_read()  # the explorer copies version 1
+        assert (version, weights) == (1, ["v1"])
+
+        async def trainer() -> None:
+            await sync.begin_write(timeout=5)
+            events.append("write begins")
+            await asyncio.sleep(0.05)
+            events.append("write ends")
+            await sync.publish(2, ["v2"])
+
+        async def late_reader() -> None:
+            await asyncio.sleep(0.02)
+            while "write begins" not in events:
+                await asyncio.sleep(0.005)
+            got = await sync.begin_read()
+            events.append(f"read {got[0]}")
+            await sync.end_read()
+
+        task = asyncio.ensure_future(trainer())
+        await asyncio.sleep(0.05)
+        assert events == []  # the write waits for the reader of version 1
+        events.append("read 1 ends")
+        await sync.end_read()
+        await asyncio.gather(task, late_reader())
+        return events
+
+    assert asyncio.run(scenario()) == ["read 1 ends", "write begins", "write ends", "read 2"]
+
+
+def test_a_reader_that_never_finishes_fails_the_write_with_a_clear_error() -> None:
+    async def scenario() -> None:
+        sync = Synchronizer("unused")
+        await sync.publish(1, ["v1"])
+        await sync.begin_read()
+        await sync.begin_write(timeout=0.1)
+
+    with pytest.raises(SyncTimeout, match="did not finish copying policy version 1"):
+        asyncio.run(scenario())
