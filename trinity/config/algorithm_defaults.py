@@ -9,8 +9,12 @@ from it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from trinity.config.errors import ConfigError, closest
+
+if TYPE_CHECKING:
+    from trinity.config.schema import Config
 
 NONE = "none"
 
@@ -93,3 +97,8 @@ def defaults_for(algorithm_type: str) -> AlgorithmDefaults:
             valid="valid: " + ", ".join(ALGORITHM_DEFAULTS),
             suggestion=closest(algorithm_type, ALGORITHM_DEFAULTS),
         ) from None
+
+
+def trains_on_dataset(config: Config) -> bool:
+    """True for the algorithm types that read a dataset instead of rollouts (sft, dpo)."""
+    return not defaults_for(config.algorithm.algorithm_type).use_rollout

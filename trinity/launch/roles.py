@@ -26,11 +26,9 @@ from typing import Any
 
 import ray
 
-from trinity.common.models.utils import load_fsdp_state_dict_from_verl_checkpoint
 from trinity.config import Config
 from trinity.launch.resume import derived_explorer_state, explorer_state_at, save_explorer_state
 from trinity.launch.run import load_plugins
-from trinity.pipeline import ExperiencePipeline
 from trinity.sync import weights
 from trinity.trainer import checkpoint as ckpt
 from trinity.utils.log import get_actor_logger
@@ -97,6 +95,8 @@ class ExplorerRole:
         self.explorer = Explorer(
             config, model_dir=model_dir, log_dir=self.job_dir / "log", logger=self.logger
         )
+        from trinity.pipeline import ExperiencePipeline
+
         self.pipeline = ExperiencePipeline(config.data_processor.experience_pipeline.operators)
         self.weights = weights.WeightReceiver(
             config,
@@ -169,6 +169,8 @@ class ExplorerRole:
         if self.config.mode == "both":
             # merges the shards of however many trainer ranks wrote the checkpoint
             actor_dir = ckpt.step_dir(self.job_dir, step) / "actor"
+            from trinity.common.models.utils import load_fsdp_state_dict_from_verl_checkpoint
+
             state = load_fsdp_state_dict_from_verl_checkpoint(actor_dir)
             self.explorer.load_weights(self.weights.full_weights(state), step)
         self.logger.info("resumed the explorer after step %d", step)

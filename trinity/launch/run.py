@@ -75,9 +75,11 @@ def load_plugins(plugin_dirs: Sequence[str | Path]) -> list[str]:
 
 def count_steps(config: Config) -> int:
     """Steps of a stage: total_steps if given, else epochs x batches of the data."""
-    from trinity.trainer.train_input import dataset_steps, trains_on_dataset
+    from trinity.config.algorithm_defaults import trains_on_dataset
 
     if config.mode == "train" and trains_on_dataset(config):
+        from trinity.trainer.train_input import dataset_steps
+
         return dataset_steps(config)
     if config.buffer.total_steps:
         return int(config.buffer.total_steps)
@@ -186,6 +188,7 @@ def run_stage(
     policy as a Hugging Face directory, reported as ``final_model_dir``."""
     import ray
 
+    from trinity.config.algorithm_defaults import trains_on_dataset
     from trinity.launch.actor_start import deferred_start_errors
     from trinity.launch.cluster import connect, torch_work_overlaps
     from trinity.launch.resume import resume_step
@@ -193,7 +196,6 @@ def run_stage(
     from trinity.launch.trainer_group import start_trainer, write_placement
     from trinity.models.resolve import resolve_model_path
     from trinity.sync.synchronizer import Synchronizer
-    from trinity.trainer.train_input import trains_on_dataset
 
     mode = config.mode
     if mode == "bench":

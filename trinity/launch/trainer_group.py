@@ -17,17 +17,19 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
 from trinity.config import Config
 from trinity.config.trainer_ranks import RankLayout, check_data_parallel, trainer_layout
 from trinity.launch.actor_start import deferred_start_errors
-from trinity.trainer.distributed import RankInfo
 from trinity.utils.memory import TrainerHeap
 from trinity.utils.resources import TRAINER_CPUS
 from trinity.utils.threads import torch_thread_method
+
+if TYPE_CHECKING:
+    from trinity.trainer.distributed import RankInfo
 
 
 class PlacementError(RuntimeError):
@@ -133,7 +135,9 @@ def build_rank0(config: Config, workers: Sequence[Any], build) -> TrainerGroup |
         return build(None)
     from trinity.trainer import distributed
 
-    info = RankInfo(0, 1 + len(workers), ray.util.get_node_ip_address(), distributed.free_port())
+    info = distributed.RankInfo(
+        0, 1 + len(workers), ray.util.get_node_ip_address(), distributed.free_port()
+    )
     setups = [w.setup.remote(replace(info, rank=r)) for r, w in enumerate(workers, start=1)]
     distributed.init_process_group(info)
     trainer = build(info)

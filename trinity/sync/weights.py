@@ -34,14 +34,14 @@ import socket
 import time
 import warnings
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-import torch
+from typing import TYPE_CHECKING, Any
 
 from trinity.config import Config
 from trinity.sync.weight_slot import SlotReader, SlotVersion, SlotWriter
 from trinity.trainer import checkpoint as ckpt
+
+if TYPE_CHECKING:
+    import torch
 
 TRAINER_STATUS = "trainer_status.json"
 _POLL_S = 0.2
@@ -54,6 +54,8 @@ def to_object_store(state: dict[str, torch.Tensor]) -> dict[str, tuple[str, list
     it, where a pickled tensor costs a serialised copy on each side: ~0.25 GiB of
     SmolLM2 in bf16 less in both the trainer and the explorer during a sync.
     """
+    import torch
+
     packed = {}
     for key, tensor in state.items():
         flat = tensor.detach().reshape(-1)
@@ -70,6 +72,9 @@ def to_object_store(state: dict[str, torch.Tensor]) -> dict[str, tuple[str, list
 def from_object_store(packed: dict[str, tuple[str, list[int], Any]]) -> dict[str, torch.Tensor]:
     """Tensors over the arrays of :func:`to_object_store`, without copying: read-only
     views of the object store (the engine copies them into its weights)."""
+    import numpy as np
+    import torch
+
     state = {}
     with warnings.catch_warnings():  # the object store's arrays are read-only
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
@@ -91,7 +96,7 @@ def staleness(step: int, version: int) -> int:
 def publishes(config: Config) -> bool:
     """Whether the trainer publishes weights: mode both, or mode train on the experience
     buffer with checkpoint sync (an explorer in another process may read them)."""
-    from trinity.trainer.train_input import trains_on_dataset
+    from trinity.config.algorithm_defaults import trains_on_dataset
 
     if config.mode == "both":
         return True
@@ -269,6 +274,8 @@ class WeightReceiver:
 
         if not self.config.model.lora_configs:
             raise lora.LoRAError("received LoRA adapter weights but model.lora_configs is empty")
+        import torch
+
         dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}[self.config.model.dtype]
         base = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=dtype)
         scale = lora.config_scaling(self.config.model.lora_configs[0])

@@ -20,7 +20,7 @@ from typing import Any
 from trinity.algorithm.args import build
 from trinity.algorithm.registries import SAMPLE_STRATEGY
 from trinity.config import Config
-from trinity.config.algorithm_defaults import defaults_for
+from trinity.config.algorithm_defaults import trains_on_dataset
 from trinity.models.engine import chat_template_args
 from trinity.trainer.sft_data import DatasetKind, DatasetSource, Limits, dataset_reader
 from trinity.types import Experience
@@ -28,11 +28,6 @@ from trinity.types import Experience
 
 class TrainInputError(ValueError):
     """The trainer's input cannot be built from the config."""
-
-
-def trains_on_dataset(config: Config) -> bool:
-    """True for the algorithm types that read a dataset instead of rollouts (sft, dpo)."""
-    return not defaults_for(config.algorithm.algorithm_type).use_rollout
 
 
 def dataset_kind(config: Config) -> DatasetKind:

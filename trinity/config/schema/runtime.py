@@ -30,8 +30,8 @@ class SynchronizerConfig:
     sync_method: SyncMethod | None = setting(
         None,
         "nccl (torch.distributed broadcast from the trainer to every rollout engine; gloo "
-        "without CUDA), memory (Ray object store) or checkpoint (files); unset: nccl in "
-        "mode both, else checkpoint",
+        "without CUDA), memory (one shared-memory file when the run is on one node, else "
+        "Ray's object store) or checkpoint (files); unset: nccl in mode both, else checkpoint",
     )
     sync_interval: int = setting(1, "train steps between weight synchronizations")
     sync_offset: int = setting(0, "explore steps the explorer may run ahead before training starts")
