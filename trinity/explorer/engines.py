@@ -55,6 +55,7 @@ class EngineActor:
         # Ray gives zero-CPU actors OMP_NUM_THREADS=1; an engine decodes with every core
         threads = max(1, os.cpu_count() or 1)
         self.engine = TransformersEngine(**engine_args, num_threads=threads)
+        self.slot_reader = None  # maps the node's weight slot once it is used
 
     def info(self) -> dict[str, Any]:
         return {
@@ -73,11 +74,18 @@ class EngineActor:
     ) -> list[list[float]]:
         return self.engine.compute_logprobs(token_ids, prompt_lengths, temperature)
 
-    def load_state_dict(self, state_dict: dict[str, Any], version: int) -> int:
-        """``state_dict``: tensors, or their object-store form (``to_object_store``)."""
+    def load_state_dict(self, state_dict: Any, version: int) -> int:
+        """``state_dict``: tensors, their object-store form (``to_object_store``), or a
+        version of the node's shared-memory slot (``trinity.sync.weight_slot``), which
+        the explorer keeps from being overwritten until every engine has loaded it."""
+        from trinity.sync.weight_slot import SlotReader, SlotVersion
         from trinity.sync.weights import from_object_store
 
-        if state_dict and isinstance(next(iter(state_dict.values())), tuple):
+        if isinstance(state_dict, SlotVersion):
+            if self.slot_reader is None:
+                self.slot_reader = SlotReader()
+            state_dict = self.slot_reader.read(state_dict)
+        elif state_dict and isinstance(next(iter(state_dict.values())), tuple):
             state_dict = from_object_store(state_dict)
         self.engine.load_state_dict(state_dict, version)
         return version
@@ -96,6 +104,8 @@ class EngineActor:
         return receive_into(self.weight_group, self.engine, want_fingerprint)
 
     def close(self) -> None:
+        if self.slot_reader is not None:
+            self.slot_reader.close()
         self.engine.close()
 
 
@@ -223,9 +233,13 @@ class RolloutEngines:
         if remote:
             import ray
 
+            from trinity.sync.weight_slot import SlotState
             from trinity.sync.weights import to_object_store
 
-            shared = ray.put(to_object_store(state_dict))  # read in place by every engine
+            if isinstance(state_dict, SlotState):  # every engine reads the node's slot
+                shared = state_dict.version
+            else:  # read in place by every engine
+                shared = ray.put(to_object_store(state_dict))
             refs = [e.handle.load_state_dict.remote(shared, version) for e in remote]
         for engine in self.engines:
             if not isinstance(engine, EngineClient):

@@ -89,6 +89,16 @@ def layout(state: dict[str, torch.Tensor], path: str) -> SlotVersion:
     return SlotVersion(path, max(offset, _ALIGN), tuple(entries))
 
 
+class SlotState(dict):
+    """The tensors of one slot version (views of the file), and the version itself:
+    rollout engines in other actors of the node read the file too instead of receiving
+    a copy through the object store."""
+
+    def __init__(self, tensors: dict[str, torch.Tensor], version: SlotVersion) -> None:
+        super().__init__(tensors)
+        self.version = version
+
+
 class SlotWriter:
     """The trainer's end: maps the file and copies each version into it."""
 
@@ -138,7 +148,7 @@ class SlotReader:
         self._map: mmap.mmap | None = None
         self._key: tuple[str, int] | None = None
 
-    def read(self, version: SlotVersion) -> dict[str, torch.Tensor]:
+    def read(self, version: SlotVersion) -> SlotState:
         """Read-only tensors over the file, valid until ``end_read`` (the engine copies
         them into its weights)."""
         import torch
@@ -154,12 +164,13 @@ class SlotReader:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*not writable.*")
             buffer = torch.frombuffer(self._map, dtype=torch.uint8)  # type: ignore[arg-type]
-        return {
+        tensors = {
             e.name: buffer[e.offset : e.offset + e.nbytes]
             .view(getattr(torch, e.dtype))
             .view(e.shape)
             for e in version.entries
         }
+        return SlotState(tensors, version)
 
     def close(self) -> None:
         if self._map is not None:

@@ -1,8 +1,8 @@
 """engine_num 2 on a real local Ray: engine 0 in this process, engine 1 in an actor.
 
 Runners are spread over both engines, both serve requests, ``explorer.env_vars`` reach
-the runners and the engine actor, and a weight update lands in every engine (the
-remote engine then scores tokens exactly as the local one does).
+the runners and the engine actor, and a weight update lands in every engine, from tensors and from the node's
+shared-memory slot (the remote engine then scores tokens exactly as the local one does).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from behaviour_workflow import behaviour_config, write_tasks
 
 from trinity.explorer.engines import EngineClient
 from trinity.explorer.explorer import Explorer
+from trinity.sync.weight_slot import SlotReader, SlotState, SlotWriter
 
 pytestmark = pytest.mark.slow  # starts a local Ray instance and an engine actor
 
@@ -30,7 +31,7 @@ def local_ray():
 
 
 def test_two_engines_share_the_work_and_the_weights(
-    local_ray, tiny_model_dir: Path, tmp_path: Path
+    local_ray, tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     data = tmp_path / "data"
     write_tasks(data, "train", ["ok"] * 8)
@@ -73,5 +74,23 @@ def test_two_engines_share_the_work_and_the_weights(
         assert not torch.allclose(torch.tensor(here), experiences[0].logprobs)
         experiences, _ = explorer.explore_step(2)
         assert {e.info["model_version"] for e in experiences} == {1}
+
+        # a version read from the node's shared-memory slot: the engine actor reads the
+        # file itself (it is handed the slot version, not the tensors)
+        state["model.norm.weight"] = state["model.norm.weight"] * 2
+        writer, reader = SlotWriter(str(tmp_path / "slot")), SlotReader()
+        from_slot = reader.read(writer.write(state))
+        assert isinstance(from_slot, SlotState)
+
+        def no_object_store(state):
+            raise AssertionError("the slot's version went through the object store")
+
+        monkeypatch.setattr("trinity.sync.weights.to_object_store", no_object_store)
+        explorer.load_weights(from_slot, 2)
+        assert remote.info()["model_version"] == 2
+        [here2] = local.compute_logprobs([tokens], [plen])
+        [there2] = remote.compute_logprobs([tokens], [plen])
+        torch.testing.assert_close(torch.tensor(there2), torch.tensor(here2))
+        assert not torch.allclose(torch.tensor(here2), torch.tensor(here))
     finally:
         explorer.close()
