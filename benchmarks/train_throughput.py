@@ -21,10 +21,10 @@ so each step is set against the peak measured right after it, and the % printed 
 median over the steps. A conservative reading is printed too: the median step against
 the highest peak seen in the run. Printed: tokens/s, achieved FLOP/s and both % of peak.
 
-``--keep-memory`` runs the trainer as ``trainer.keep_memory_between_steps: true`` does:
-the process's heap keeps what a step frees, so later steps fault no fresh pages in.
-Without it the process keeps glibc's defaults, as the trainer's role does by default
-(there it also returns the free pages after each step).
+By default the process's heap keeps what a step frees, as the trainer's role does with
+``trainer.keep_memory_between_steps: true`` (the default), so later steps fault no
+fresh pages in. ``--release-memory`` keeps glibc's defaults instead, as the role does
+with ``false`` (there it also returns the free pages after each step).
 """
 
 from __future__ import annotations
@@ -88,10 +88,17 @@ def main() -> int:
     parser.add_argument("--prompt", type=int, default=40)
     parser.add_argument("--response", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3, help="timed steps per dtype")
-    parser.add_argument(
+    memory = parser.add_mutually_exclusive_group()
+    memory.add_argument(
         "--keep-memory",
         action="store_true",
-        help="as trainer.keep_memory_between_steps: true (freed memory kept for the next step)",
+        help="as trainer.keep_memory_between_steps: true, the default (freed memory kept "
+        "for the next step)",
+    )
+    memory.add_argument(
+        "--release-memory",
+        action="store_true",
+        help="as trainer.keep_memory_between_steps: false (glibc's defaults)",
     )
     args = parser.parse_args()
     if min(args.batch, args.group, args.prompt, args.response, args.repeats) < 1:
@@ -101,17 +108,22 @@ def main() -> int:
     from trinity.trainer.trainer import Trainer
 
     model_dir = resolve_model_path(DEFAULT_MODEL)
-    if args.keep_memory:
+    from trinity.config.schema.trainer import TrainerConfig
+
+    keep = args.keep_memory or (
+        not args.release_memory and TrainerConfig().keep_memory_between_steps
+    )
+    if keep:
         from trinity.utils.memory import keep_freed_memory
 
         if not keep_freed_memory():
-            parser.error("--keep-memory needs glibc's mallopt")
+            parser.error("keeping freed memory needs glibc's mallopt: use --release-memory")
     tokens = args.batch * (args.prompt + args.response)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, model {model_dir.name}")
     print(
         f"batch {args.batch} x ({args.prompt} prompt + {args.response} response) tokens "
         f"= {tokens} tokens per step, {args.group} rollouts per prompt; freed memory "
-        + ("kept between steps (--keep-memory)" if args.keep_memory else "as glibc's defaults")
+        + ("kept between steps" if keep else "as glibc's defaults (--release-memory)")
     )
     for dtype in args.dtype:
         torch_dtype = getattr(torch, dtype)

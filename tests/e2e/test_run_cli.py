@@ -51,6 +51,7 @@ def test_two_step_grpo_run(tiny_model_dir: Path, tmp_path: Path) -> None:
     # one node, sync_method memory: the weights went through the shared file, which the
     # run removed; the explorer took both versions
     trainer_log = (job / "log/trainer.log").read_text()
+    assert "keeps the memory a step frees" in trainer_log  # the default
     (slot,) = re.findall(r"published through the shared file (\S+)", trainer_log)
     assert not Path(slot).exists()
     explorer_log = (job / "log/explorer.log").read_text()
@@ -101,22 +102,22 @@ def test_two_step_grpo_run(tiny_model_dir: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_run_that_keeps_the_trainers_memory_between_steps(
+def test_a_run_that_returns_the_trainers_memory_between_steps(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     result = run_demo(
         tiny_model_dir,
         tmp_path,
-        "name=keep",
+        "name=release",
         "buffer.total_steps=2",
-        "trainer.keep_memory_between_steps=true",
+        "trainer.keep_memory_between_steps=false",
         f"buffer.trainer_input.experience_buffer.path=sqlite:///{tmp_path}/buffer.db",
     )
     assert result.returncode == 0, result.stderr[-4000:]
     assert result.stdout.strip().splitlines()[-1].startswith("eval accuracy: ")
-    (log_file,) = (tmp_path / "trinity-demo").glob("keep*/log/trainer.log")
+    (log_file,) = (tmp_path / "trinity-demo").glob("release*/log/trainer.log")
     log = log_file.read_text()
-    assert "keeps the memory a step frees" in log
+    assert "returns the memory a step frees to the OS" in log
     assert "train step 2 begins" in log
 
 

@@ -242,6 +242,8 @@ class TrainerRole:
         self.heap = TrainerHeap(config.trainer.keep_memory_between_steps)
         if self.heap.keeps:  # each step reuses the last one's pages (utils/memory.py)
             self.logger.info("the trainer keeps the memory a step frees for the next step")
+        else:
+            self.logger.info("the trainer returns the memory a step frees to the OS")
         # loaded on the thread that will train it: one OpenMP team (trinity.utils.threads)
         self.trainer = on_torch_thread(
             build_rank0,

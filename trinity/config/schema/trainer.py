@@ -56,8 +56,9 @@ class TrainerConfig:
         "recompute activations in backward; overrides actor_rollout_ref.model.enable_gradient_checkpointing",
     )
     keep_memory_between_steps: bool = setting(
-        False,
+        True,
         "keep the memory a train step freed for the next one, whose tensors then reuse "
-        "pages already mapped (faster steps; the trainer stays at its peak size); false: "
-        "return it to the OS after each step",
+        "pages already mapped (faster steps; the trainer stays at its in-step peak size); "
+        "false: return it to the OS after each step (less memory between steps, steps "
+        "fault fresh pages in)",
     )
