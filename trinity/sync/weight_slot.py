@@ -34,6 +34,11 @@ PREFIX = "trinity-weights-"
 _ALIGN = 64  # every tensor starts on a cache line (and on its dtype's alignment)
 
 
+class SlotFull(OSError):
+    """The slot's file system cannot hold a version (a small ``/dev/shm``, as in a
+    container started with its default 64 MB)."""
+
+
 @dataclass(frozen=True)
 class SlotEntry:
     name: str
@@ -104,6 +109,7 @@ class SlotWriter:
 
     def __init__(self, path: str) -> None:
         self.path = path
+        self.usable = True  # False once the file system could not hold a version
         self._map: mmap.mmap | None = None
         self._size = 0
 
@@ -129,6 +135,17 @@ class SlotWriter:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             os.ftruncate(fd, size)
+            try:
+                # every page now, or ENOSPC now: a tmpfs that runs out of pages while a
+                # mapping is written kills the writer with SIGBUS
+                os.posix_fallocate(fd, 0, size)
+            except OSError as exc:
+                os.ftruncate(fd, 0)
+                raise SlotFull(
+                    exc.errno,
+                    f"{Path(self.path).parent} cannot hold one version of the weights "
+                    f"({size / 2**20:.0f} MiB): {exc.strerror}",
+                ) from None
             self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
             os.close(fd)

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trinity.config import Config
-from trinity.sync.weight_slot import SlotReader, SlotVersion, SlotWriter
+from trinity.sync.weight_slot import SlotFull, SlotReader, SlotVersion, SlotWriter
 from trinity.trainer import checkpoint as ckpt
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
 TRAINER_STATUS = "trainer_status.json"
 _POLL_S = 0.2
+_logger = logging.getLogger("trinity.sync")
 
 
 def to_object_store(state: dict[str, torch.Tensor]) -> dict[str, tuple[str, list[int], Any]]:
@@ -330,10 +331,16 @@ def publish(
         trainer.save_state_dict(job_dir, step)
     elif sender is not None:  # kept by the sender until the explorer asks for it
         sender.stage(step, trainer.weights_for_sync())
-    elif slot is not None:
+    elif slot is not None and slot.usable:
         # no explorer starts reading until publish (a failed write fails the run)
         ray.get(synchronizer.begin_write.remote(config.synchronizer.sync_timeout))
-        weights = [slot.write(trainer.weights_for_sync())]
+        state = trainer.weights_for_sync()
+        try:
+            weights = [slot.write(state)]
+        except SlotFull as exc:
+            slot.usable = False
+            _logger.warning("%s; the weights go through Ray's object store instead", exc)
+            weights = [ray.put(to_object_store(state))]
     else:
         weights = [ray.put(to_object_store(trainer.weights_for_sync()))]
     ray.get(synchronizer.publish.remote(step, weights))

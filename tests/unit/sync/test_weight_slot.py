@@ -4,9 +4,11 @@ trainer's writes and the explorer's reads apart."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ import torch
 
 from trinity.sync import weight_slot
 from trinity.sync.synchronizer import Synchronizer, SyncTimeout
-from trinity.sync.weight_slot import SlotReader, SlotWriter
+from trinity.sync.weight_slot import SlotFull, SlotReader, SlotWriter
 
 
 def state(seed: int) -> dict[str, torch.Tensor]:
@@ -115,3 +117,78 @@ def test_a_reader_that_never_finishes_fails_the_write_with_a_clear_error() -> No
 
     with pytest.raises(SyncTimeout, match="did not finish copying policy version 1"):
         asyncio.run(scenario())
+
+
+def no_space(fd: int, offset: int, length: int) -> None:
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_file_system_too_small_for_a_version_is_said_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(os, "posix_fallocate", no_space)
+    writer = SlotWriter(str(tmp_path / "slot"))
+    with pytest.raises(SlotFull, match="cannot hold one version of the weights"):
+        writer.write(state(1))
+    assert os.path.getsize(tmp_path / "slot") == 0  # no pages left promised
+
+
+class FakeRemote:
+    def __init__(self, calls: list, name: str) -> None:
+        self.calls, self.name = calls, name
+
+    def remote(self, *args):
+        self.calls.append((self.name, *args))
+
+
+class FakeSynchronizer:
+    def __init__(self) -> None:
+        self.calls: list = []
+        self.begin_write = FakeRemote(self.calls, "begin_write")
+        self.publish = FakeRemote(self.calls, "publish")
+
+
+class FakeTrainer:
+    def weights_for_sync(self) -> dict[str, torch.Tensor]:
+        return state(3)
+
+
+def test_publishing_falls_back_to_the_object_store_when_the_slot_is_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ray
+
+    from trinity.config import config_from_dict, resolve
+    from trinity.sync import weights
+
+    put = []
+    monkeypatch.setattr(ray, "get", lambda ref: ref)
+    monkeypatch.setattr(ray, "put", lambda value: put.append(value) or "object-ref")
+    monkeypatch.setattr(os, "posix_fallocate", no_space)
+    config = resolve(
+        config_from_dict(
+            {
+                "project": "p",
+                "name": "n",
+                "checkpoint_root_dir": str(tmp_path),
+                "algorithm": {"algorithm_type": "grpo", "repeat_times": 2},
+                "model": {"model_path": "m", "max_prompt_tokens": 8, "max_response_tokens": 8},
+                "buffer": {"batch_size": 1},
+                "synchronizer": {"sync_method": "memory"},
+            }
+        ),
+        now=datetime(2025, 1, 1),
+    )
+    slot, sync = SlotWriter(str(tmp_path / "slot")), FakeSynchronizer()
+    for step in (1, 2):
+        weights.publish(FakeTrainer(), config, tmp_path, sync, step, slot=slot)
+    assert not slot.usable
+    # the first version found the slot full and went through the store; so did the next
+    assert sync.calls == [
+        ("begin_write", config.synchronizer.sync_timeout),
+        ("publish", 1, ["object-ref"]),
+        ("publish", 2, ["object-ref"]),
+    ]
+    assert len(put) == 2 and torch.equal(
+        weights.from_object_store(put[0])["embed.weight"], state(3)["embed.weight"]
+    )
