@@ -234,12 +234,14 @@ class WeightReceiver:
         if self.collective is not None:
             return self.collective.receive(), None
         if weights is not None and isinstance(weights[0], SlotVersion):
+            # the slot's version now (maybe newer), kept there until release()
             version, weights = ray.get(self.sync.begin_read.remote())
-            self._reading = True  # until release(): the trainer does not overwrite it
+            self._reading = True
+        if weights is not None and isinstance(weights[0], SlotVersion):
             if self._slot_reader is None:
                 self._slot_reader = SlotReader()
             state = self._slot_reader.read(weights[0])
-        elif weights is not None:
+        elif weights is not None:  # also when a full slot sent the trainer to the store
             state = from_object_store(ray.get(weights[0]))
         else:  # checkpoint sync: the trainer wrote the weights to disk
             from trinity.common.models.utils import load_fsdp_state_dict_from_verl_checkpoint

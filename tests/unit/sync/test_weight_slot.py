@@ -158,27 +158,13 @@ def test_publishing_falls_back_to_the_object_store_when_the_slot_is_full(
 ) -> None:
     import ray
 
-    from trinity.config import config_from_dict, resolve
     from trinity.sync import weights
 
     put = []
     monkeypatch.setattr(ray, "get", lambda ref: ref)
     monkeypatch.setattr(ray, "put", lambda value: put.append(value) or "object-ref")
     monkeypatch.setattr(os, "posix_fallocate", no_space)
-    config = resolve(
-        config_from_dict(
-            {
-                "project": "p",
-                "name": "n",
-                "checkpoint_root_dir": str(tmp_path),
-                "algorithm": {"algorithm_type": "grpo", "repeat_times": 2},
-                "model": {"model_path": "m", "max_prompt_tokens": 8, "max_response_tokens": 8},
-                "buffer": {"batch_size": 1},
-                "synchronizer": {"sync_method": "memory"},
-            }
-        ),
-        now=datetime(2025, 1, 1),
-    )
+    config = memory_sync_config(tmp_path)
     slot, sync = SlotWriter(str(tmp_path / "slot")), FakeSynchronizer()
     for step in (1, 2):
         weights.publish(FakeTrainer(), config, tmp_path, sync, step, slot=slot)
@@ -192,3 +178,53 @@ def test_publishing_falls_back_to_the_object_store_when_the_slot_is_full(
     assert len(put) == 2 and torch.equal(
         weights.from_object_store(put[0])["embed.weight"], state(3)["embed.weight"]
     )
+
+
+def memory_sync_config(tmp_path: Path):
+    from trinity.config import config_from_dict, resolve
+
+    return resolve(
+        config_from_dict(
+            {
+                "project": "p",
+                "name": "n",
+                "checkpoint_root_dir": str(tmp_path),
+                "algorithm": {"algorithm_type": "grpo", "repeat_times": 2},
+                "model": {"model_path": "m", "max_prompt_tokens": 8, "max_response_tokens": 8},
+                "buffer": {"batch_size": 1},
+                "synchronizer": {"sync_method": "memory"},
+            }
+        ),
+        now=datetime(2025, 1, 1),
+    )
+
+
+class ReadingSynchronizer:
+    """Named version 1 in the slot; by the time the explorer pins it, the trainer has
+    published version 2 (through the object store: its slot was full)."""
+
+    def __init__(self, calls: list) -> None:
+        self.begin_read = FakeRemote(calls, "begin_read")
+        self.end_read = FakeRemote(calls, "end_read")
+
+
+def test_the_explorer_reads_the_version_it_pinned_wherever_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ray
+
+    from trinity.sync import weights
+
+    calls: list = []
+    newer = weights.to_object_store(state(2))
+    answers = {"begin_read": (2, ["ref-2"]), "end_read": None}
+    monkeypatch.setattr(ray, "get", lambda ref: newer if ref == "ref-2" else answers[calls[-1][0]])
+    receiver = weights.WeightReceiver(
+        memory_sync_config(tmp_path), tmp_path, ReadingSynchronizer(calls), "m"
+    )
+    slot_version = weight_slot.layout(state(1), str(tmp_path / "slot"))
+    version, got = receiver._fetch(1, [slot_version], current=0)
+    assert version == 2 and torch.equal(got["norm.weight"], state(2)["norm.weight"])
+    receiver.release()
+    receiver.release()  # once only
+    assert [c[0] for c in calls] == ["begin_read", "end_read"]
