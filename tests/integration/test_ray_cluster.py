@@ -7,6 +7,7 @@ stop it afterwards.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -113,3 +114,8 @@ def test_run_on_running_cluster(
     assert result.returncode == 0, result.stderr[-3000:]
     assert "ray: joined" in result.stderr
     assert list(tmp_path.glob("trinity-demo/*/global_step_1/actor/model_world_size_1_rank_0.pt"))
+    # the joined cluster is this machine's only node: the weights use the shared file,
+    # which the run removed
+    (trainer_log,) = tmp_path.glob("trinity-demo/*/log/trainer.log")
+    (slot,) = re.findall(r"published through the shared file (\S+)", trainer_log.read_text())
+    assert not Path(slot).exists()
