@@ -37,6 +37,7 @@ from trinity.models.engine import (
 )
 from trinity.models.sampling import Sample, SamplingParams
 from trinity.models.wrapper import ModelWrapper
+from trinity.sync.weight_slot import SlotReader, SlotState, SlotVersion
 
 # concurrent calls an engine actor serves beyond its runners (weight loads, stats)
 _SPARE_CALLS = 4
@@ -55,7 +56,7 @@ class EngineActor:
         # Ray gives zero-CPU actors OMP_NUM_THREADS=1; an engine decodes with every core
         threads = max(1, os.cpu_count() or 1)
         self.engine = TransformersEngine(**engine_args, num_threads=threads)
-        self.slot_reader = None  # maps the node's weight slot once it is used
+        self.slot_reader = SlotReader()  # maps the node's weight slot once it is used
 
     def info(self) -> dict[str, Any]:
         return {
@@ -78,12 +79,9 @@ class EngineActor:
         """``state_dict``: tensors, their object-store form (``to_object_store``), or a
         version of the node's shared-memory slot (``trinity.sync.weight_slot``), which
         the explorer keeps from being overwritten until every engine has loaded it."""
-        from trinity.sync.weight_slot import SlotReader, SlotVersion
         from trinity.sync.weights import from_object_store
 
         if isinstance(state_dict, SlotVersion):
-            if self.slot_reader is None:
-                self.slot_reader = SlotReader()
             state_dict = self.slot_reader.read(state_dict)
         elif state_dict and isinstance(next(iter(state_dict.values())), tuple):
             state_dict = from_object_store(state_dict)
@@ -104,8 +102,7 @@ class EngineActor:
         return receive_into(self.weight_group, self.engine, want_fingerprint)
 
     def close(self) -> None:
-        if self.slot_reader is not None:
-            self.slot_reader.close()
+        self.slot_reader.close()
         self.engine.close()
 
 
@@ -233,7 +230,6 @@ class RolloutEngines:
         if remote:
             import ray
 
-            from trinity.sync.weight_slot import SlotState
             from trinity.sync.weights import to_object_store
 
             if isinstance(state_dict, SlotState):  # every engine reads the node's slot

@@ -190,8 +190,7 @@ class ExplorerRole:
             if state_dict is not None:  # None: a broadcast already loaded every engine
                 self.explorer.load_weights(state_dict, got)
         finally:
-            del state_dict  # views of the shared-memory slot, if it is used
-            self.weights.release()
+            self.weights.release()  # the slot's version is copied: it may be overwritten
         self.logger.info(
             "synchronized to policy version %d in %.2fs", got, time.perf_counter() - start
         )

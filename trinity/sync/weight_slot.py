@@ -94,6 +94,15 @@ def layout(state: dict[str, torch.Tensor], path: str) -> SlotVersion:
     return SlotVersion(path, max(offset, _ALIGN), tuple(entries))
 
 
+def _bytes(mapped: mmap.mmap | None) -> torch.Tensor:
+    """A uint8 tensor over the whole mapping (no copy)."""
+    import torch
+
+    with warnings.catch_warnings():  # torch warns about a read-only mapping's buffer
+        warnings.filterwarnings("ignore", message=".*not writable.*")
+        return torch.frombuffer(mapped, dtype=torch.uint8)  # type: ignore[arg-type]
+
+
 class SlotState(dict):
     """The tensors of one slot version (views of the file), and the version itself:
     rollout engines in other actors of the node read the file too instead of receiving
@@ -116,14 +125,10 @@ class SlotWriter:
     def write(self, state: dict[str, torch.Tensor]) -> SlotVersion:
         """Copy ``state`` into the file (call between the synchronizer's ``begin_write``
         and ``publish``); returns what the explorer needs to read it."""
-        import torch
-
         version = layout(state, self.path)
         if version.size != self._size:
             self._remap(version.size)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*not writable.*")
-            buffer = torch.frombuffer(self._map, dtype=torch.uint8)  # type: ignore[arg-type]
+        buffer = _bytes(self._map)
         for entry in version.entries:
             tensor = state[entry.name].detach()
             target = buffer[entry.offset : entry.offset + entry.nbytes]
@@ -178,9 +183,7 @@ class SlotReader:
             finally:
                 os.close(fd)
             self._key = (version.path, version.size)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*not writable.*")
-            buffer = torch.frombuffer(self._map, dtype=torch.uint8)  # type: ignore[arg-type]
+        buffer = _bytes(self._map)
         tensors = {
             e.name: buffer[e.offset : e.offset + e.nbytes]
             .view(getattr(torch, e.dtype))

@@ -162,7 +162,7 @@ class WeightReceiver:
         self.model_dir = model_dir
         self.logger = logger or logging.getLogger("trinity.sync")
         self._applier = None
-        self._slot_reader = None  # sync through the shared-memory slot (weight_slot.py)
+        self._slot_reader = SlotReader()  # maps the shared-memory slot once it is used
         self._reading = False
         self.collective = None
         if (
@@ -238,8 +238,6 @@ class WeightReceiver:
             version, weights = ray.get(self.sync.begin_read.remote())
             self._reading = True
         if weights is not None and isinstance(weights[0], SlotVersion):
-            if self._slot_reader is None:
-                self._slot_reader = SlotReader()
             state = self._slot_reader.read(weights[0])
         elif weights is not None:  # also when a full slot sent the trainer to the store
             state = from_object_store(ray.get(weights[0]))
@@ -286,9 +284,7 @@ class WeightReceiver:
 
     def close(self) -> None:
         """Leave the broadcast group (``nccl``) at the end of the explorer's run."""
-        if self._slot_reader is not None:
-            self._slot_reader.close()
-            self._slot_reader = None
+        self._slot_reader.close()
         if self.collective is not None:
             self.collective.close()
             self.collective = None

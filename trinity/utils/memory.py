@@ -16,9 +16,10 @@ free, and hands the top of its heaps back once more than a few MiB are free ther
 step faults its largest tensors in again each time. :func:`keep_freed_memory` makes it
 serve every block from its heaps and keep what is freed, so from the second step on a
 step reuses pages it has already touched, and the process stays at its in-step peak
-between steps. The trainer's role does this with ``trainer.keep_memory_between_steps``;
-by default it keeps glibc's behaviour and returns the free pages after each step
-(trinity/launch/roles.py), since a run's memory peak is the sum of its processes'.
+between steps. The trainer's role does this with ``trainer.keep_memory_between_steps``
+(the default); with ``false`` it keeps glibc's behaviour and returns the free pages after
+each step (trinity/launch/roles.py), which lowers a run's memory peak (the sum of its
+processes') by what the trainer holds between steps.
 (Keeping the pages but still returning them after each step was slower than either:
 the next step faults everything in again, through the heaps' smaller growth steps.)
 """
