@@ -65,11 +65,19 @@ class Synchronizer:
                 ) from None
             self.writing = True
 
-    async def begin_read(self) -> tuple[int, list[Any] | None]:
+    async def begin_read(self, timeout: float) -> tuple[int, list[Any] | None]:
         """The slot's version, which stays there until ``end_read`` (it may be newer
-        than the one ``wait_for`` or ``latest`` named)."""
+        than the one ``wait_for`` or ``latest`` named); waits at most ``timeout`` for a
+        write in progress (a trainer that died mid-write never publishes)."""
         async with self._changed:
-            await self._changed.wait_for(lambda: not self.writing)
+            try:
+                await asyncio.wait_for(self._changed.wait_for(lambda: not self.writing), timeout)
+            except asyncio.TimeoutError:
+                raise SyncTimeout(
+                    f"the trainer began overwriting policy version {self.version} in the "
+                    f"weight slot and published nothing within {timeout:.0f}s; see the "
+                    "trainer's log, or raise synchronizer.sync_timeout if it is slow"
+                ) from None
             self.readers += 1
             return self.version, self.weights
 

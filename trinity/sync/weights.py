@@ -235,7 +235,9 @@ class WeightReceiver:
             return self.collective.receive(), None
         if weights is not None and isinstance(weights[0], SlotVersion):
             # the slot's version now (maybe newer), kept there until release()
-            version, weights = ray.get(self.sync.begin_read.remote())
+            version, weights = ray.get(
+                self.sync.begin_read.remote(self.config.synchronizer.sync_timeout)
+            )
             self._reading = True
         if weights is not None and isinstance(weights[0], SlotVersion):
             state = self._slot_reader.read(weights[0])

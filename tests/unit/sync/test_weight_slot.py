@@ -79,7 +79,7 @@ def test_the_trainer_waits_for_a_reader_and_readers_wait_for_the_writer() -> Non
     async def scenario() -> list[str]:
         sync, events = Synchronizer("unused"), []
         await sync.publish(1, ["v1"])
-        version, weights = await sync.begin_read()  # the explorer copies version 1
+        version, weights = await sync.begin_read(timeout=5)  # the explorer copies version 1
         assert (version, weights) == (1, ["v1"])
 
         async def trainer() -> None:
@@ -93,7 +93,7 @@ def test_the_trainer_waits_for_a_reader_and_readers_wait_for_the_writer() -> Non
             await asyncio.sleep(0.02)
             while "write begins" not in events:
                 await asyncio.sleep(0.005)
-            got = await sync.begin_read()
+            got = await sync.begin_read(timeout=5)
             events.append(f"read {got[0]}")
             await sync.end_read()
 
@@ -112,10 +112,22 @@ def test_a_reader_that_never_finishes_fails_the_write_with_a_clear_error() -> No
     async def scenario() -> None:
         sync = Synchronizer("unused")
         await sync.publish(1, ["v1"])
-        await sync.begin_read()
+        await sync.begin_read(timeout=5)
         await sync.begin_write(timeout=0.1)
 
     with pytest.raises(SyncTimeout, match="did not finish copying policy version 1"):
+        asyncio.run(scenario())
+
+
+def test_a_writer_that_never_publishes_fails_the_read_with_a_clear_error() -> None:
+    async def scenario() -> None:
+        sync = Synchronizer("unused")
+        await sync.publish(1, ["v1"])
+        await sync.begin_write(timeout=5)  # the trainer starts overwriting, then dies
+        # the outer bound turns a read that waits forever into a failure of this test
+        await asyncio.wait_for(sync.begin_read(timeout=0.1), 10)
+
+    with pytest.raises(SyncTimeout, match="began overwriting policy version 1"):
         asyncio.run(scenario())
 
 
