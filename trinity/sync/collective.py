@@ -27,16 +27,18 @@ Joining and every broadcast wait at most ``synchronizer.sync_timeout`` seconds (
 process group's timeout) and then fail with :class:`WeightBroadcastError`.
 
 Wire format of a transfer, all from rank 0: ``int64[2]`` header (version, layout bytes),
-the pickled layout (per tensor: name, dtype, shape, bucket, byte offset; the bucket
-sizes), then each ``uint8`` bucket. Tensors travel as raw bytes, so any dtype does.
+the layout as UTF-8 JSON (:func:`encode_layout`: per tensor name, dtype, shape, bucket,
+byte offset; the bucket sizes), then each ``uint8`` bucket. Tensors travel as raw bytes,
+so any dtype does. The layout is JSON, not pickle: whoever reaches the store's port
+could otherwise make every member run code of their choosing.
 """
 
 from __future__ import annotations
 
 import datetime
 import hashlib
+import json
 import logging
-import pickle
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -123,6 +125,42 @@ def unpack(packed: Packed) -> dict[str, torch.Tensor]:
     return state
 
 
+def encode_layout(packed: Packed) -> bytes:
+    """``packed``'s layout and bucket sizes as UTF-8 JSON (what a receiver needs to
+    rebuild its tensors)."""
+    rows = [
+        [name, str(dtype).removeprefix("torch."), list(shape), index, offset]
+        for name, dtype, shape, index, offset in packed.layout
+    ]
+    sizes = [b.numel() for b in packed.buckets]
+    return json.dumps({"tensors": rows, "buckets": sizes}).encode()
+
+
+def decode_layout(
+    raw: bytes,
+) -> tuple[list[tuple[str, torch.dtype, tuple[int, ...], int, int]], list[int]]:
+    """(layout rows, bucket sizes) of :func:`encode_layout`'s bytes; anything else (a
+    pickled layout of an older sender, garbage) is refused."""
+    try:
+        meta = json.loads(raw.decode("utf-8"))
+        layout = []
+        for name, dtype, shape, index, offset in meta["tensors"]:
+            torch_dtype = getattr(torch, dtype, None)
+            if not isinstance(torch_dtype, torch.dtype):
+                raise ValueError(f"{dtype!r} is no torch dtype")
+            layout.append(
+                (str(name), torch_dtype, tuple(int(d) for d in shape), int(index), int(offset))
+            )
+        sizes = [int(size) for size in meta["buckets"]]
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise WeightBroadcastError(
+            f"the weight layout received ({len(raw)} bytes, starting {raw[:16]!r}) is not "
+            f"the JSON layout of this trinity version ({exc}); are the trainer and the "
+            "explorer running the same trinity version?"
+        ) from None
+    return layout, sizes
+
+
 def _bytes(t: torch.Tensor) -> torch.Tensor:
     return t.detach().contiguous().reshape(-1).view(torch.uint8)
 
@@ -192,7 +230,7 @@ class WeightGroup:
 
     def send(self, packed: Packed) -> None:
         """Broadcast ``packed`` to every other member (rank 0 only)."""
-        meta = pickle.dumps((packed.layout, [b.numel() for b in packed.buckets]))
+        meta = encode_layout(packed)
         self._broadcast(
             torch.tensor([packed.version, len(meta)], dtype=torch.int64), packed.version
         )
@@ -212,7 +250,7 @@ class WeightGroup:
             return -1, None
         meta = torch.empty(meta_bytes, dtype=torch.uint8)
         self._broadcast(meta, version)
-        layout, sizes = pickle.loads(meta.cpu().numpy().tobytes())
+        layout, sizes = decode_layout(meta.cpu().numpy().tobytes())
         buckets = [torch.empty(size, dtype=torch.uint8, device=self.device) for size in sizes]
         for bucket in buckets:
             self._broadcast(bucket, version)
