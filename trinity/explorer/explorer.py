@@ -171,17 +171,22 @@ class Explorer:
             {
                 "rollout/failed_tasks": float(result.failed),
                 "rollout/timed_out_tasks": float(result.timed_out),
+                "rollout/skipped_tasks": float(result.skipped),
+                "rollout/abandoned_threads": float(result.abandoned_alive),
+                "rollout/refused_model_calls": float(result.refused_calls),
                 "rollout/model_version": float(self.model_version),
                 "rollout/num_experiences": float(len(result.experiences)),
                 "time/explore_step": time.perf_counter() - start,
             }
         )
-        if result.failed or result.timed_out:
+        if result.failed or result.timed_out or result.skipped:
             self.logger.warning(
-                "explore step %d: %d task(s) failed, %d timed out (see explorer_runner_*.log)",
+                "explore step %d: %d task(s) failed, %d timed out, %d skipped "
+                "(see explorer_runner_*.log)",
                 step,
                 result.failed,
                 result.timed_out,
+                result.skipped,
             )
         return result.experiences, metrics
 
@@ -193,8 +198,9 @@ class Explorer:
             result = self.runners.run_tasks(tasks, batch_id=f"eval_{step}")
             k = max((t.repeat_times for t in tasks), default=1)
             metrics.update(eval_metrics(name, result.experiences, k))
-            if result.failed or result.timed_out:
-                metrics[f"eval/{name}/failed_tasks"] = float(result.failed + result.timed_out)
+            not_done = result.failed + result.timed_out + result.skipped
+            if not_done:
+                metrics[f"eval/{name}/failed_tasks"] = float(not_done)
         metrics["time/eval"] = time.perf_counter() - start
         return metrics
 

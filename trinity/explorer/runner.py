@@ -8,17 +8,25 @@ Every slot has wrappers of its own (:meth:`ModelWrapper.spawn` of the engine's w
 and of each auxiliary model's), so with ``enable_history`` a workflow's history holds
 its own calls only, including those it sent through its OpenAI client. The history is
 cleared before every try and after the task, so nothing a failed try recorded reaches
-the next try or task; a timed-out task keeps the wrappers it had (its thread may still
-call them) and its slot gets new ones.
+the next try or task.
 
 A task runs in a fresh thread on a free slot. If it raises, it is retried up to
 ``max_retry_times`` times; if it neither finishes nor fails within ``max_timeout``
-seconds of starting (all tries included), it is counted as timed out and abandoned:
-its slot gets a new thread for the next task at once, so a hung workflow never starves
-the pool. Python cannot stop a thread, so the abandoned one runs on in the background;
-whatever it returns goes to a queue nobody reads any more, and it cannot touch the
-results of this or any later call. Failures never stop the step: they are counted,
-logged with their traceback, and the step completes with the rest.
+seconds of starting (all tries included), it is counted as timed out and abandoned.
+Python cannot stop a thread, so the abandoned one runs on in the background, but:
+
+- its wrappers are closed: any later model call from it (chat, generate, logprobs)
+  raises :class:`~trinity.models.wrapper.ModelClosedError` before reaching the engine,
+  and its OpenAI client gets 404 ``scope_not_found``; the refused calls are counted;
+- it starts no further try, and whatever it returns goes nowhere;
+- the slot gets new wrappers and a new thread for the next task at once, unless more
+  than ``max_abandoned`` abandoned threads are alive: then the slot rests until they
+  are down to ``max_abandoned`` again, so a pool never runs more than
+  ``num_runners + max_abandoned`` workflow threads. When every slot rests, the tasks
+  not yet started are skipped (counted and logged) rather than waited for.
+
+Failures never stop the step: they are counted, logged with their traceback, and the
+step completes with the rest.
 """
 
 from __future__ import annotations
@@ -48,7 +56,10 @@ class RunResult:
     experiences: list[Experience] = field(default_factory=list)
     failed: int = 0  # tasks that raised on every try
     timed_out: int = 0  # tasks abandoned after max_timeout
+    skipped: int = 0  # tasks not started: every slot rested (too many abandoned threads)
     retries: int = 0
+    abandoned_alive: int = 0  # threads of abandoned tasks still running at the end
+    refused_calls: int = 0  # model calls of abandoned tasks refused during this call
 
 
 @dataclass
@@ -63,12 +74,16 @@ class _Wrappers:
             wrapper.clear_history()
 
     def close(self) -> None:
-        """Leave the OpenAI servers: requests to these wrappers' paths then get 404."""
+        """Refuse later calls; leave the OpenAI servers (these paths then get 404)."""
         for wrapper in (self.model, *self.auxiliary_models):
             wrapper.close()
 
+    @property
+    def refused_calls(self) -> int:
+        return sum(w.refused_calls for w in (self.model, *self.auxiliary_models))
 
-@dataclass
+
+@dataclass(eq=False)
 class _Slot:
     """One runner: its own wrappers on the models it calls, and the log it writes."""
 
@@ -83,7 +98,8 @@ class _Slot:
         return self.wrappers.model
 
     def renew(self) -> None:
-        """New wrappers for the next task; the old ones stay with whoever holds them."""
+        """New wrappers for the next task; the old ones are closed (their holder's calls
+        are refused)."""
         if self.wrappers is not None:
             self.wrappers.close()
         self.wrappers = _Wrappers(self.base.spawn(), [aux.spawn() for aux in self.auxiliary_bases])
@@ -96,12 +112,32 @@ class _Outcome:
     ok: bool
 
 
+@dataclass
+class _Running:
+    slot: _Slot
+    position: int  # of the task in run_tasks' list
+    deadline: float  # time.monotonic()
+    thread: threading.Thread
+    wrappers: _Wrappers
+    abandoned: threading.Event  # set at the deadline: the thread starts no further try
+
+
+@dataclass(eq=False)
+class _Abandoned:
+    thread: threading.Thread
+    wrappers: _Wrappers  # closed
+
+
+_REST_POLL_S = 0.1  # how often a call with resting slots checks for ended threads
+
+
 class RunnerPool:
     """``num_runners`` concurrent workflow runners spread over ``models`` (one per engine).
 
     ``auxiliary_models``: one entry per auxiliary model, a ModelWrapper or a list of
     them (one per replica; slot ``i`` calls replica ``i % len``). Workflows get them, in
-    this order, as ``auxiliary_models``.
+    this order, as ``auxiliary_models``. ``max_abandoned`` (default ``num_runners``):
+    abandoned threads the pool tolerates while every slot keeps working.
     """
 
     def __init__(
@@ -115,6 +151,7 @@ class RunnerPool:
         auxiliary_models: Sequence[Any] | None = None,
         log_dir: Path | None = None,
         log_level: str = "INFO",
+        max_abandoned: int | None = None,
     ) -> None:
         if not models:
             raise ValueError("RunnerPool needs at least one model")
@@ -124,6 +161,9 @@ class RunnerPool:
             raise ValueError(f"explorer.max_timeout must be > 0 seconds, got {max_timeout}")
         if max_retry_times < 0:
             raise ValueError(f"explorer.max_retry_times must be >= 0, got {max_retry_times}")
+        if max_abandoned is not None and max_abandoned < 0:
+            raise ValueError(f"max_abandoned must be >= 0, got {max_abandoned}")
+        self.max_abandoned = num_runners if max_abandoned is None else max_abandoned
         self.auxiliary_models = [
             list(m) if isinstance(m, (list, tuple)) else [m] for m in auxiliary_models or []
         ]
@@ -144,85 +184,152 @@ class RunnerPool:
         for slot in self.slots:
             slot.renew()
         self.loggers = [slot.logger for slot in self.slots]
-        self._abandoned: list[threading.Thread] = []
+        self._abandoned: list[_Abandoned] = []
+        self._refused_by_ended = 0  # refused calls of abandoned threads that have ended
+        self._resting: list[_Slot] = []  # slots waiting for abandoned threads to end
         self._closed = False
 
     @property
     def abandoned_running(self) -> int:
         """Threads of timed-out tasks that have not finished yet."""
-        self._abandoned = [t for t in self._abandoned if t.is_alive()]
+        self._forget_ended()
         return len(self._abandoned)
+
+    @property
+    def refused_calls(self) -> int:
+        """Model calls refused so far because their task had been abandoned."""
+        self._forget_ended()
+        return self._refused_by_ended + sum(r.wrappers.refused_calls for r in self._abandoned)
+
+    def _forget_ended(self) -> None:
+        """Drop the abandoned threads that have ended, keeping their refused calls' count."""
+        for record in [r for r in self._abandoned if not r.thread.is_alive()]:
+            self._refused_by_ended += record.wrappers.refused_calls
+            self._abandoned.remove(record)
 
     def run_tasks(self, tasks: list[Task], batch_id: int | str) -> RunResult:
         """Run every task once (with retries); experiences come back in task order."""
         if self._closed:
             raise RuntimeError("the runner pool is closed")
         result = RunResult()
+        refused_before = self.refused_calls
         finished: queue.Queue[tuple[int, _Outcome]] = queue.Queue()  # this call's only
         todo = deque(enumerate(tasks))
-        free = deque(self.slots)
-        running: dict[int, tuple[_Slot, int, float, threading.Thread]] = {}
+        free = deque(s for s in self.slots if s not in self._resting)
+        running: dict[int, _Running] = {}
         per_task: dict[int, list[Experience]] = {}
         tokens = itertools.count()
         while todo or running:
+            self._wake_resting(free)
             while todo and free:
                 slot, (position, task) = free.popleft(), todo.popleft()
                 token = next(tokens)
+                abandoned = threading.Event()
                 thread = threading.Thread(
                     target=self._work,
                     # the thread keeps these wrappers even if the slot is renewed
-                    args=(slot.logger, slot.wrappers, task, batch_id, token, finished),
+                    args=(slot.logger, slot.wrappers, task, batch_id, token, finished, abandoned),
                     name=f"runner-{slot.index}",
                     daemon=True,
                 )
-                running[token] = (slot, position, time.monotonic() + self.max_timeout, thread)
+                deadline = time.monotonic() + self.max_timeout
+                running[token] = _Running(
+                    slot, position, deadline, thread, slot.wrappers, abandoned
+                )
                 thread.start()
-            next_deadline = min(deadline for _, _, deadline, _ in running.values())
+            if not running:  # every slot rests and nothing can end this wait: give up
+                self._skip(todo, tasks, result)
+                break
+            wait = min(r.deadline for r in running.values()) - time.monotonic()
+            if todo and self._resting:
+                wait = min(wait, _REST_POLL_S)
             try:
-                token, outcome = finished.get(timeout=max(next_deadline - time.monotonic(), 0))
+                token, outcome = finished.get(timeout=max(wait, 0))
             except queue.Empty:
                 self._expire(running, tasks, free, result)
                 continue
-            slot, position, _, _ = running.pop(token)
-            free.append(slot)
+            done = running.pop(token, None)
+            if done is None:  # an abandoned task's thread ended; its outcome is void
+                continue
+            free.append(done.slot)
             result.retries += outcome.retries
             if outcome.ok:
-                per_task[position] = outcome.experiences
+                per_task[done.position] = outcome.experiences
             else:
                 result.failed += 1
         for position in sorted(per_task):
             result.experiences.extend(per_task[position])
+        result.abandoned_alive = self.abandoned_running
+        result.refused_calls = self.refused_calls - refused_before
         return result
 
     def _expire(
         self,
-        running: dict[int, tuple[_Slot, int, float, threading.Thread]],
+        running: dict[int, _Running],
         tasks: list[Task],
         free: deque[_Slot],
         result: RunResult,
     ) -> None:
-        """Abandon the tasks past their deadline and give their slots back."""
+        """Abandon the tasks past their deadline: close their wrappers, free their slots."""
         now = time.monotonic()
-        for token, (slot, position, deadline, thread) in list(running.items()):
-            if deadline > now:
+        for token, entry in list(running.items()):
+            if entry.deadline > now:
                 continue
             del running[token]
-            task = tasks[position]
+            entry.abandoned.set()
+            slot, task = entry.slot, tasks[entry.position]
             slot.logger.error(
-                "task %s of taskset '%s' timed out after %.0fs (explorer.max_timeout); abandoned",
+                "task %s of taskset '%s' timed out after %.0fs (explorer.max_timeout); "
+                "abandoned, its model calls are refused from now on",
                 task.index,
                 task.taskset,
                 self.max_timeout,
             )
             result.timed_out += 1
-            self._abandoned.append(thread)
-            slot.renew()
-            free.append(slot)
+            entry.wrappers.close()
+            self._abandoned.append(_Abandoned(entry.thread, entry.wrappers))
+            if self.abandoned_running > self.max_abandoned:
+                self._resting.append(slot)
+                slot.logger.error(
+                    "%d abandoned workflow threads are alive, more than max_abandoned=%d: "
+                    "runner slot %d rests until they are down to %d",
+                    self.abandoned_running,
+                    self.max_abandoned,
+                    slot.index,
+                    self.max_abandoned,
+                )
+            else:
+                slot.renew()
+                free.append(slot)
         if self.abandoned_running:
             self.slots[0].logger.warning(
                 "%d abandoned workflow thread(s) still running in the background",
                 self.abandoned_running,
             )
+
+    def _wake_resting(self, free: deque[_Slot]) -> None:
+        """Give the resting slots new wrappers once few enough abandoned threads are alive."""
+        if not self._resting or self.abandoned_running > self.max_abandoned:
+            return
+        for slot in self._resting:
+            slot.logger.info("runner slot %d works again", slot.index)
+            slot.renew()
+            free.append(slot)
+        self._resting.clear()
+
+    def _skip(self, todo: deque[tuple[int, Task]], tasks: list[Task], result: RunResult) -> None:
+        """Count and log the tasks no slot can take (every slot rests)."""
+        result.skipped += len(todo)
+        self.slots[0].logger.error(
+            "%d task(s) of this call skipped (first: task %s of taskset '%s'): every runner "
+            "slot rests while %d abandoned workflow threads are alive (max_abandoned=%d)",
+            len(todo),
+            todo[0][1].index,
+            todo[0][1].taskset,
+            self.abandoned_running,
+            self.max_abandoned,
+        )
+        todo.clear()
 
     def _work(
         self,
@@ -232,16 +339,24 @@ class RunnerPool:
         batch_id: int | str,
         token: int,
         finished: queue.Queue,
+        abandoned: threading.Event,
     ) -> None:
-        outcome = self._run_with_retries(logger, wrappers, task, batch_id)
+        outcome = self._run_with_retries(logger, wrappers, task, batch_id, abandoned)
         wrappers.clear_history()  # what the workflow did not extract
         finished.put((token, outcome))
 
     def _run_with_retries(
-        self, logger: logging.Logger, wrappers: _Wrappers, task: Task, batch_id: int | str
+        self,
+        logger: logging.Logger,
+        wrappers: _Wrappers,
+        task: Task,
+        batch_id: int | str,
+        abandoned: threading.Event,
     ) -> _Outcome:
         attempts = self.max_retry_times + 1
         for attempt in range(attempts):
+            if abandoned.is_set():
+                break
             wrappers.clear_history()  # a failed try's calls are not this try's
             try:
                 workflow_cls = WORKFLOWS.get(task.workflow)
@@ -266,7 +381,16 @@ class RunnerPool:
                     exp.info.setdefault("task_index", task.index)
                     exp.info.setdefault("taskset", task.taskset)
                 return _Outcome(experiences, attempt, True)
-            except Exception:
+            except Exception as exc:
+                if abandoned.is_set():
+                    logger.warning(
+                        "abandoned task %s of taskset '%s' ended with %s: %s",
+                        task.index,
+                        task.taskset,
+                        type(exc).__name__,
+                        exc,
+                    )
+                    break
                 logger.error(
                     "task %s of taskset '%s' failed (try %d of %d):\n%s",
                     task.index,

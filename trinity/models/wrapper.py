@@ -12,6 +12,8 @@ same methods, so agent code written against the ``openai`` client yields experie
 :meth:`ModelWrapper.spawn` makes another wrapper on the same engine with a history of its
 own; its OpenAI client reaches the same server under a path of its own, so concurrent
 workflows, each with its own spawned wrapper, never see each other's calls.
+After :meth:`ModelWrapper.close` every call raises :class:`ModelClosedError` before it
+reaches the engine (the runner closes the wrappers of a task it abandoned).
 
     model = ModelWrapper(TransformersEngine("SmolLM2-135M-Instruct"), enable_history=True)
     exps = model.chat([{"role": "user", "content": "2+3?"}], n=4, temperature=1.0)
@@ -50,6 +52,10 @@ _ROLLOUT_KEYS = {
 }
 # "stop": strings that end a response (cut after sampling); logprobs are always returned
 _EXTRA_KEYS = {"stop", "logprobs"}
+
+
+class ModelClosedError(RuntimeError):
+    """A call on a closed :class:`ModelWrapper`; it never reached the engine."""
 
 
 @dataclass
@@ -104,6 +110,8 @@ class ModelWrapper:
         self._server_lock = threading.Lock()
         self._parent: ModelWrapper | None = None  # set by spawn
         self._scope: tuple[OpenAIServer, str] | None = None  # (parent's server, scoped URL)
+        self._closed = False
+        self.refused_calls = 0  # calls made after close, refused before the engine
 
     def spawn(self, enable_history: bool | None = None) -> ModelWrapper:
         """Another wrapper on the same engine: same settings, an empty history of its own.
@@ -156,6 +164,7 @@ class ModelWrapper:
         ``response_limits=False`` ignores ``max/min_response_tokens`` (the OpenAI
         endpoint's behaviour: only ``max_model_len`` bounds a reply without max_tokens).
         """
+        self._refuse_if_closed()
         return self._run(self._prepare_chat(messages, n, rollout_args, response_limits))
 
     async def achat(
@@ -167,6 +176,7 @@ class ModelWrapper:
         **rollout_args: Any,
     ) -> list[Experience]:
         """Async :meth:`chat`."""
+        self._refuse_if_closed()
         return await self._arun(self._prepare_chat(messages, n, rollout_args, response_limits))
 
     def generate(
@@ -178,6 +188,7 @@ class ModelWrapper:
         **rollout_args: Any,
     ) -> list[Experience]:
         """Sample ``n`` completions of each prompt (text or token ids), in prompt order."""
+        self._refuse_if_closed()
         return self._run(self._prepare_text(prompts, n, rollout_args, response_limits))
 
     async def agenerate(
@@ -189,6 +200,7 @@ class ModelWrapper:
         **rollout_args: Any,
     ) -> list[Experience]:
         """Async :meth:`generate`."""
+        self._refuse_if_closed()
         return await self._arun(self._prepare_text(prompts, n, rollout_args, response_limits))
 
     async def agenerate_ids(
@@ -199,6 +211,7 @@ class ModelWrapper:
         Multi-turn workflows build the context token by token, so the policy samples
         from exactly the sequence it is later trained on.
         """
+        self._refuse_if_closed()
         ids = list(prompt_ids)
         params = self._params(n, rollout_args, True)
         stop = _stop_strings(rollout_args.get("stop"))
@@ -208,6 +221,7 @@ class ModelWrapper:
 
     def logprobs(self, tokens: list[int] | torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
         """Logprobs of ``tokens[1:]`` under the current weights: (L - 1,) float32."""
+        self._refuse_if_closed()
         ids = tokens.tolist() if isinstance(tokens, torch.Tensor) else list(tokens)
         [values] = self.engine.compute_logprobs([ids], [1], temperature)
         return torch.tensor(values, dtype=torch.float32)
@@ -216,12 +230,14 @@ class ModelWrapper:
         self, tokens: list[int] | torch.Tensor, temperature: float = 1.0
     ) -> torch.Tensor:
         """Async :meth:`logprobs` (runs the forward pass in a worker thread)."""
+        self._refuse_if_closed()
         return await asyncio.to_thread(self.logprobs, tokens, temperature)
 
     def top_logprobs(
         self, tokens: list[int], prompt_length: int, k: int, temperature: float = 1.0
     ) -> list[list[tuple[int, float]]]:
         """The ``k`` most likely (token id, logprob) pairs at each response position."""
+        self._refuse_if_closed()
         compute = getattr(self.engine, "compute_top_logprobs", None)
         if compute is None:
             raise ValueError(f"top logprobs are not available from {type(self.engine).__name__}")
@@ -304,9 +320,15 @@ class ModelWrapper:
     def _api_key(self) -> str | None:
         return self.serve_openai().api_key
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
-        """Stop this model's OpenAI endpoint, if one was started (the engine stays up);
-        a spawned wrapper only leaves its parent's server."""
+        """Refuse every later call and stop this model's OpenAI endpoint, if one was
+        started (the engine stays up); a spawned wrapper only leaves its parent's server,
+        which then answers its client's requests with 404 ``scope_not_found``."""
+        self._closed = True
         if self._parent is not None:
             with self._server_lock:
                 if self._scope is not None:
@@ -317,6 +339,16 @@ class ModelWrapper:
             if self._server is not None:
                 self._server.stop()
                 self._server = None
+
+    def _refuse_if_closed(self) -> None:
+        if self._closed:
+            with self._history_lock:
+                self.refused_calls += 1
+            raise ModelClosedError(
+                f"model '{self.name}': this wrapper was closed, so the call was refused before "
+                "reaching the engine (a runner closes the wrappers of a task it abandoned "
+                "after explorer.max_timeout)"
+            )
 
     # ---- preparation and packing ------------------------------------------------------
 

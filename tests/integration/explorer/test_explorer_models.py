@@ -22,7 +22,7 @@ from behaviour_workflow import DeliberateFailure, behaviour_config, behaviour_ta
 from trinity.explorer.explorer import Explorer
 from trinity.explorer.runner import RunnerPool
 from trinity.models.engine import TransformersEngine
-from trinity.models.wrapper import ModelWrapper
+from trinity.models.wrapper import ModelClosedError, ModelWrapper
 from trinity.types import Experience
 from trinity.utils.log import get_actor_logger
 from trinity.workflows.base import Workflow
@@ -31,7 +31,12 @@ from trinity.workflows.registry import WORKFLOWS
 MARKERS = ["alpha", "bravo", "charlie", "delta"]
 KEY = "test-key-123"
 SYNC = {"barrier": threading.Barrier(2), "tries": {}}
-LATE = {"release": threading.Event(), "called": threading.Event(), "hold": threading.Event()}
+LATE = {
+    "release": threading.Event(),
+    "called": threading.Event(),
+    "refused": threading.Event(),
+    "hold": threading.Event(),
+}
 
 
 @pytest.fixture(autouse=True)
@@ -83,14 +88,17 @@ class TwoCallsWorkflow(Workflow):
 
 @WORKFLOWS.register("late_call_test_workflow")
 class LateCallWorkflow(Workflow):
-    """``late``: blocks, then calls the model after its task timed out, and blocks
-    again until the test ends; ``two``: lets the late one go, waits for its call, then
-    makes two calls and returns the history."""
+    """``late``: blocks, then calls the model after its task timed out (the call is
+    refused), and blocks again until the test ends; ``two``: lets the late one go, waits
+    for its call, then makes two calls and returns the history."""
 
     async def run_async(self) -> list[Experience]:
         if self.task.raw["behaviour"] == "late":
             await asyncio.to_thread(LATE["release"].wait, 60)
-            await self.model.achat([{"role": "user", "content": "late caller"}], max_tokens=3)
+            try:
+                await self.model.achat([{"role": "user", "content": "late caller"}], max_tokens=3)
+            except ModelClosedError:
+                LATE["refused"].set()
             LATE["called"].set()
             await asyncio.to_thread(LATE["hold"].wait, 60)
             return []
@@ -203,7 +211,8 @@ def test_a_timed_out_task_cannot_write_into_the_next_task_history(
         # the late workflow calls its model while the next task runs on the same slot
         result = pool.run_tasks([behaviour_task(1, "two", workflow)], batch_id=2)
         assert (result.failed, result.timed_out) == (0, 0)
-        assert LATE["called"].is_set()
+        assert LATE["called"].is_set() and LATE["refused"].is_set()
+        assert pool.refused_calls == 1
         assert len(result.experiences) == 2
         assert all("on time" in e.prompt_text for e in result.experiences)
     finally:
