@@ -27,42 +27,66 @@ the next step faults everything in again, through the heaps' smaller growth step
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
+import logging
+
+logger = logging.getLogger(__name__)
+
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # glibc's malloc.h
+
+_kept = False  # whether keep_freed_memory changed this process's heap
+_told = False  # whether the missing glibc was logged
 
 
 @functools.cache
-def _libc(name: str, argtypes: tuple, restype):
-    """glibc's ``name`` with its C signature, or None in other C libraries (musl,
-    macOS), where there is nothing to do."""
-    path = ctypes.util.find_library("c")
+def _glibc() -> ctypes.CDLL | None:
+    """The C library of this process when it is glibc, which has ``mallopt`` and
+    ``malloc_trim``; None elsewhere (musl, macOS)."""
     try:
-        function = getattr(ctypes.CDLL(path), name) if path else None
+        libc = ctypes.CDLL(None)
+        libc.gnu_get_libc_version  # noqa: B018 - only glibc defines it
     except (OSError, AttributeError):
         return None
-    if function is not None:
-        function.argtypes, function.restype = list(argtypes), restype
+    return libc
+
+
+def _function(name: str, argtypes: tuple, restype):
+    """glibc's ``name`` with its C signature, or None without glibc (logged once)."""
+    global _told
+    libc = _glibc()
+    if libc is None:
+        if not _told:
+            _told = True
+            logger.info("no glibc: the heap is left as the C library manages it (%s skipped)", name)
+        return None
+    function = getattr(libc, name)
+    function.argtypes, function.restype = list(argtypes), restype
     return function
-
-
-_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # glibc's malloc.h
 
 
 def keep_freed_memory() -> bool:
     """Make this process's heap keep freed memory for reuse (process-wide, from now on):
     no block gets its own mapping and no free space is handed back to the OS on its own.
-    False where the C library has no ``mallopt`` (then nothing changes)."""
-    mallopt = _libc("mallopt", (ctypes.c_int, ctypes.c_int), ctypes.c_int)
+    False without glibc (then nothing changes). Only the processes the launcher starts
+    call it (the trainer's actors); importing trinity or building a Trainer never does."""
+    global _kept
+    mallopt = _function("mallopt", (ctypes.c_int, ctypes.c_int), ctypes.c_int)
     if mallopt is None:
         return False
     # both return 1 on success; with mmap off, a block too big for a thread's heap
     # comes from the main heap (or, if that cannot grow, a mapping after all)
-    return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
+    _kept = bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
+    return _kept
+
+
+def keeps_freed_memory() -> bool:
+    """Whether :func:`keep_freed_memory` has changed this process's heap."""
+    return _kept
 
 
 def release_free_memory() -> bool:
-    """Return the heap's free pages to the OS; False where the C library cannot."""
-    trim = _libc("malloc_trim", (ctypes.c_size_t,), ctypes.c_int)
+    """Return the heap's free pages to the OS; False without glibc."""
+    trim = _function("malloc_trim", (ctypes.c_size_t,), ctypes.c_int)
     if trim is None:
         return False
     trim(0)
@@ -72,7 +96,8 @@ def release_free_memory() -> bool:
 class TrainerHeap:
     """A trainer process's heap between its steps (``trainer.keep_memory_between_steps``):
     with ``keep`` it keeps what a step frees for the next one from now on; otherwise
-    :meth:`after_step` returns the step's freed memory to the OS."""
+    :meth:`after_step` returns the step's freed memory to the OS. Built by the trainer's
+    actors (``trinity.launch``), not by :class:`~trinity.trainer.trainer.Trainer`."""
 
     def __init__(self, keep: bool) -> None:
         self.keeps = keep and keep_freed_memory()

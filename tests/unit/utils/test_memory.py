@@ -1,3 +1,5 @@
+import logging
+import platform
 import sys
 
 import psutil
@@ -86,3 +88,28 @@ def test_trainer_heap_returns_freed_memory_only_when_not_keeping(
     heap.after_step()
     assert heap.keeps is kept
     assert calls == (["keep"] if keep else ["release", "release"])
+
+
+def test_without_glibc_mallopt_and_malloc_trim_step_aside_with_one_line(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from trinity.utils import memory
+
+    monkeypatch.setattr(memory, "_glibc", lambda: None)  # musl or macOS
+    monkeypatch.setattr(memory, "_told", False)
+    with caplog.at_level(logging.INFO, logger="trinity.utils.memory"):
+        assert not memory.keep_freed_memory()
+        assert not memory.release_free_memory()
+        heap = memory.TrainerHeap(keep=True)
+        heap.after_step()
+    assert not heap.keeps and not memory.keeps_freed_memory()
+    lines = [r.getMessage() for r in caplog.records if r.name == "trinity.utils.memory"]
+    assert len(lines) == 1 and "no glibc" in lines[0], lines
+
+
+def test_the_probe_finds_glibc_on_linux() -> None:
+    from trinity.utils import memory
+
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("not glibc")
+    assert memory._glibc() is not None
