@@ -10,16 +10,27 @@ sized for one version and rewritten in place.
 
 The synchronizer keeps the two ends apart: the trainer writes only while no explorer
 reads (``begin_write`` .. ``publish``) and an explorer reads only a version that is not
-being overwritten (``begin_read`` .. ``end_read``). The driver chooses the file's name
-(:func:`new_slot_path`) and removes the file when the run ends (:func:`remove_slot`);
-names carry the driver's pid, so a later run removes the file of a driver that was
-killed before it could.
+being overwritten (``begin_read`` .. ``end_read``). The driver creates the file
+(:func:`new_slot_path`) and removes it when the run ends (:func:`remove_slot`).
+
+Every process that uses the file holds a shared ``flock`` on it: the driver from
+creation to removal, the trainer's writer and each reader while they map it. A driver
+killed before it could remove its file leaves it unlocked, and the next run's
+:func:`remove_stale_slots` removes only files whose exclusive lock it can take. A
+process id in the name would not do: the id of a dead driver is reused, and containers
+sharing ``/dev/shm`` see each other's files but not each other's processes.
+
+Without a writable ``/dev/shm`` on Linux (macOS has none) there is no slot: the run
+says so once and the weights go through Ray's object store.
 """
 
 from __future__ import annotations
 
+import fcntl
+import logging
 import mmap
 import os
+import sys
 import uuid
 import warnings
 from dataclasses import dataclass
@@ -32,6 +43,8 @@ if TYPE_CHECKING:
 SHM_DIR = Path("/dev/shm")
 PREFIX = "trinity-weights-"
 _ALIGN = 64  # every tensor starts on a cache line (and on its dtype's alignment)
+_logger = logging.getLogger("trinity.sync")
+_held: dict[str, int] = {}  # slot path -> the driver's locked descriptor, until remove_slot
 
 
 class SlotFull(OSError):
@@ -57,31 +70,76 @@ class SlotVersion:
     entries: tuple[SlotEntry, ...]
 
 
-def new_slot_path() -> str | None:
-    """A fresh file name under /dev/shm for this driver, or None without /dev/shm. Also
-    removes the slots of drivers that no longer run."""
+def slot_unavailable(platform: str | None = None) -> str | None:
+    """Why this machine cannot hold a weight slot, or None when it can."""
+    platform = platform or sys.platform
+    if not platform.startswith("linux"):
+        return f"{platform} has no {SHM_DIR}"
     if not SHM_DIR.is_dir() or not os.access(SHM_DIR, os.W_OK):
+        return f"{SHM_DIR} is missing or not writable"
+    return None
+
+
+def new_slot_path() -> str | None:
+    """A fresh file under /dev/shm that this process (the driver) keeps locked until
+    :func:`remove_slot`, or None where there is no slot (said once, in the log). Also
+    removes the files of earlier runs that nobody holds."""
+    reason = slot_unavailable()
+    if reason is not None:
+        _logger.warning(
+            "no shared-memory weight slot (%s): weights go through Ray's object store", reason
+        )
         return None
-    for stale in SHM_DIR.glob(f"{PREFIX}*"):
-        pid = stale.name.removeprefix(PREFIX).split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
-            stale.unlink(missing_ok=True)
-    return str(SHM_DIR / f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}")
+    remove_stale_slots()
+    name = f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    # created and locked under a name remove_stale_slots does not match, then renamed
+    # (the lock stays with the file), so no cleanup ever sees it unlocked
+    hidden = SHM_DIR / f".{name}"
+    fd = os.open(hidden, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    path = str(SHM_DIR / name)
+    os.rename(hidden, path)
+    _held[path] = fd
+    return path
 
 
 def remove_slot(path: str | None) -> None:
     if path:
         Path(path).unlink(missing_ok=True)
+        fd = _held.pop(path, None)
+        if fd is not None:
+            os.close(fd)
 
 
-def _alive(pid: int) -> bool:
+def remove_stale_slots() -> list[str]:
+    """Remove the slot files in ``SHM_DIR`` that no process holds; returns their paths."""
+    removed = []
+    for path in SHM_DIR.glob(f"{PREFIX}*"):
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:  # gone meanwhile, or another user's
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.path.samestat(os.fstat(fd), os.stat(path)):
+                path.unlink()
+                removed.append(str(path))
+        except OSError:  # held by a live run (BlockingIOError), or gone meanwhile
+            pass
+        finally:
+            os.close(fd)
+    return removed
+
+
+def _open_locked(path: str, flags: int) -> int:
+    """A descriptor of ``path`` holding a shared lock, so no cleanup removes the file."""
+    fd = os.open(path, flags, 0o600)
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        fcntl.flock(fd, fcntl.LOCK_SH)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
 
 
 def layout(state: dict[str, torch.Tensor], path: str) -> SlotVersion:
@@ -120,6 +178,7 @@ class SlotWriter:
         self.path = path
         self.usable = True  # False once the file system could not hold a version
         self._map: mmap.mmap | None = None
+        self._fd: int | None = None  # open and locked while the writer maps the file
         self._size = 0
 
     def write(self, state: dict[str, torch.Tensor]) -> SlotVersion:
@@ -136,24 +195,25 @@ class SlotWriter:
         return version
 
     def _remap(self, size: int) -> None:
-        self.close()
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        if self._map is not None:
+            self._map.close()
+            self._map, self._size = None, 0
+        if self._fd is None:
+            self._fd = _open_locked(self.path, os.O_RDWR | os.O_CREAT)
+        fd = self._fd
+        os.ftruncate(fd, size)
         try:
-            os.ftruncate(fd, size)
-            try:
-                # every page now, or ENOSPC now: a tmpfs that runs out of pages while a
-                # mapping is written kills the writer with SIGBUS
-                os.posix_fallocate(fd, 0, size)
-            except OSError as exc:
-                os.ftruncate(fd, 0)
-                raise SlotFull(
-                    exc.errno,
-                    f"{Path(self.path).parent} cannot hold one version of the weights "
-                    f"({size / 2**20:.0f} MiB): {exc.strerror}",
-                ) from None
-            self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        finally:
-            os.close(fd)
+            # every page now, or ENOSPC now: a tmpfs that runs out of pages while a
+            # mapping is written kills the writer with SIGBUS
+            os.posix_fallocate(fd, 0, size)
+        except OSError as exc:
+            os.ftruncate(fd, 0)
+            raise SlotFull(
+                exc.errno,
+                f"{Path(self.path).parent} cannot hold one version of the weights "
+                f"({size / 2**20:.0f} MiB): {exc.strerror}",
+            ) from None
+        self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         self._size = size
 
     def close(self) -> None:
@@ -161,6 +221,9 @@ class SlotWriter:
             self._map.close()
             self._map = None
             self._size = 0
+        if self._fd is not None:
+            os.close(self._fd)  # releases the lock
+            self._fd = None
 
 
 class SlotReader:
@@ -168,6 +231,7 @@ class SlotReader:
 
     def __init__(self) -> None:
         self._map: mmap.mmap | None = None
+        self._fd: int | None = None  # open and locked while the reader maps the file
         self._key: tuple[str, int] | None = None
 
     def read(self, version: SlotVersion) -> SlotState:
@@ -177,11 +241,8 @@ class SlotReader:
 
         if self._key != (version.path, version.size):
             self.close()
-            fd = os.open(version.path, os.O_RDONLY)
-            try:
-                self._map = mmap.mmap(fd, version.size, mmap.MAP_SHARED, mmap.PROT_READ)
-            finally:
-                os.close(fd)
+            self._fd = _open_locked(version.path, os.O_RDONLY)
+            self._map = mmap.mmap(self._fd, version.size, mmap.MAP_SHARED, mmap.PROT_READ)
             self._key = (version.path, version.size)
         buffer = _bytes(self._map)
         tensors = {
@@ -200,3 +261,6 @@ class SlotReader:
                 pass
             self._map = None
             self._key = None
+        if self._fd is not None:
+            os.close(self._fd)  # releases the lock
+            self._fd = None

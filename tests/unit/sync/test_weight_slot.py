@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import multiprocessing as mp
 import os
-import subprocess
-import sys
 from datetime import datetime
 from pathlib import Path
 
@@ -55,24 +54,93 @@ def test_a_state_of_another_size_remaps_both_ends(tmp_path: Path) -> None:
     assert torch.equal(got["w"], bigger["w"])
 
 
-def test_slots_of_drivers_that_are_gone_are_removed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def dead_pid() -> int:
+    child = FORK.Process(target=int)
+    child.start()
+    child.join()
+    return child.pid
+
+
+FORK = mp.get_context("fork")  # the children share this process's torch: no import
+
+
+def hold(role: str, path: str, holding, done) -> None:
+    """Another process's use of the slot file ``path``: as its writer or as a reader."""
+    state = {"w": torch.arange(16, dtype=torch.float32)}
+    if role == "writer":
+        SlotWriter(path).write(state)
+    else:
+        SlotReader().read(weight_slot.layout(state, path))
+    holding.set()
+    done.wait(60)
+
+
+@pytest.mark.parametrize("role", ["writer", "reader"])
+def test_the_cleanup_keeps_a_file_in_use_whatever_its_recorded_pid(
+    role: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(weight_slot, "SHM_DIR", tmp_path)
-    dead = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
-    )
-    stale = tmp_path / f"trinity-weights-{dead.stdout.strip()}-abc"
-    live = tmp_path / f"trinity-weights-{os.getpid()}-def"
+    # another run's files, named after process ids this process sees as dead or as
+    # someone else (a reused id, or a driver in another container sharing /dev/shm)
+    in_use = tmp_path / f"trinity-weights-{dead_pid()}-inuse"
+    stale_dead = tmp_path / f"trinity-weights-{dead_pid()}-gone"
+    stale_reused = tmp_path / "trinity-weights-1-reused"  # pid 1 is alive, but not its driver
     other = tmp_path / "unrelated-file"
-    for p in (stale, live, other):
+    for p in (stale_dead, stale_reused, other):
         p.write_bytes(b"x")
-    path = weight_slot.new_slot_path()
-    assert path is not None and Path(path).parent == tmp_path
-    assert Path(path).name.startswith(f"trinity-weights-{os.getpid()}-")
-    assert not stale.exists() and live.exists() and other.exists()
-    weight_slot.remove_slot(str(live))
-    assert not live.exists()
+    if role == "reader":
+        writer = SlotWriter(str(in_use))
+        writer.write({"w": torch.arange(16, dtype=torch.float32)})
+        writer.close()  # the trainer is done; an engine still maps the file
+    holding, done = FORK.Event(), FORK.Event()
+    holder = FORK.Process(target=hold, args=(role, str(in_use), holding, done))
+    holder.start()
+    try:
+        assert holding.wait(60)
+        path = weight_slot.new_slot_path()
+        assert path is not None and Path(path).parent == tmp_path
+        assert Path(path).name.startswith(f"trinity-weights-{os.getpid()}-")
+        assert in_use.exists() and other.exists()
+        assert not stale_dead.exists() and not stale_reused.exists()
+        # this driver's own file is held from its creation: a second cleanup keeps it
+        assert weight_slot.remove_stale_slots() == []
+        assert Path(path).exists()
+    finally:
+        done.set()
+        holder.join(60)
+    # the holder is gone: its file is stale now, and only it
+    assert weight_slot.remove_stale_slots() == [str(in_use)]
+    weight_slot.remove_slot(path)
+    assert not Path(path).exists() and other.exists()
+
+
+def test_without_shared_memory_the_weights_go_through_the_object_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import ray
+
+    from trinity.sync import weights
+
+    assert weight_slot.slot_unavailable("darwin") == "darwin has no /dev/shm"
+    monkeypatch.setattr(weight_slot, "SHM_DIR", tmp_path)  # writable, so only the probe says no
+    monkeypatch.setattr(weight_slot, "slot_unavailable", lambda: "darwin has no /dev/shm")
+    with caplog.at_level("INFO", logger="trinity.sync"):
+        path = weight_slot.new_slot_path()
+    assert path is None and list(tmp_path.iterdir()) == []
+    [record] = caplog.records
+    assert "darwin has no /dev/shm" in record.getMessage()
+    assert "object store" in record.getMessage()
+    # the run's synchronizer then has no slot: the trainer puts each version in the store
+    put, calls = [], []
+    monkeypatch.setattr(ray, "get", lambda ref: path if ref == "slot-path" else ref)
+    monkeypatch.setattr(ray, "put", lambda value: put.append(value) or "object-ref")
+    sync = FakeSynchronizer()
+    sync.slot_path = FakeRemote(calls, "slot_path", answer="slot-path")
+    config = memory_sync_config(tmp_path)
+    slot = weights.slot_writer(config, sync)
+    assert slot is None
+    weights.publish(FakeTrainer(), config, tmp_path, sync, 1, slot=slot)
+    assert sync.calls == [("publish", 1, ["object-ref"])] and len(put) == 1
 
 
 def test_the_trainer_waits_for_a_reader_and_readers_wait_for_the_writer() -> None:
@@ -146,11 +214,12 @@ def test_a_file_system_too_small_for_a_version_is_said_at_once(
 
 
 class FakeRemote:
-    def __init__(self, calls: list, name: str) -> None:
-        self.calls, self.name = calls, name
+    def __init__(self, calls: list, name: str, answer: object = None) -> None:
+        self.calls, self.name, self.answer = calls, name, answer
 
     def remote(self, *args):
         self.calls.append((self.name, *args))
+        return self.answer
 
 
 class FakeSynchronizer:
