@@ -7,19 +7,26 @@ and more backward (upcast, square, mean, rsqrt, two products, casts), the MLP's
 eight forward (two products, two slices, a negation, a concatenation, a sum, for q and
 for k) and more backward, where each slice's gradient is a zero-filled tensor and a copy.
 Each op is a pass over a tensor of the step's tokens x width. :func:`fuse_layers` points
-those modules' ``forward`` (and the modeling module's ``apply_rotary_pos_emb``) at
-autograd functions that run the fused C kernels of :mod:`trinity.kernels` instead: one
-pass forward and one backward, rounded where the bf16 ops round (the tests compare both
-ways with the modules' own forward). Inputs that are not bf16 CPU tensors take the
-original code, so the fused functions are always safe to call.
+those modules' ``forward`` at autograd functions that run the fused C kernels of
+:mod:`trinity.kernels` instead: one pass forward and one backward, rounded where the
+bf16 ops round (the tests compare both ways with the modules' own forward). Inputs that
+are not bf16 CPU tensors take the original code, so the fused functions are always safe
+to call.
+
+Only the given model changes: its attention layers get their own copy of transformers'
+``forward`` that finds the fused ``apply_rotary_pos_emb`` among its globals; the modeling
+module, its classes and any other model built in the process keep transformers' code.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import sys
+import types
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -133,20 +140,55 @@ def fused_rotary(original: Callable) -> Callable:
     return apply_rotary_pos_emb
 
 
-def _fuse_rotary(module: nn.Module) -> bool:
-    """Point the modeling module of ``module`` (an attention layer) at
-    :func:`fused_rotary` of its ``apply_rotary_pos_emb``, once; False when its signature
-    is not the one the kernel implements."""
-    modeling = sys.modules.get(type(module).__module__)
-    original = getattr(modeling, "apply_rotary_pos_emb", None)
-    if original is None:
+def _holds(cell: types.CellType, value: object) -> bool:
+    try:
+        return cell.cell_contents is value
+    except ValueError:  # an empty cell
         return False
-    if hasattr(original, "fused_original"):
-        return True
-    if list(inspect.signature(original).parameters) != _ROTARY_PARAMETERS:
-        return False
-    modeling.apply_rotary_pos_emb = fused_rotary(original)  # type: ignore[union-attr]
-    return True
+
+
+def _rebound(function: Callable, old: dict[str, Any], new: dict[str, Any]) -> Callable:
+    """A copy of ``function`` that reads its globals from ``new`` where it read them from
+    ``old`` (its modeling module's); a wrapper made with ``functools.wraps`` (such as
+    transformers' ``deprecate_kwarg``) is copied around a copy of the function it wraps."""
+    closure = function.__closure__
+    inner = getattr(function, "__wrapped__", None)
+    inner_copy = None
+    if inner is not None and closure and any(_holds(cell, inner) for cell in closure):
+        inner_copy = _rebound(inner, old, new)
+        closure = tuple(
+            types.CellType(inner_copy) if _holds(cell, inner) else cell for cell in closure
+        )
+    copy = types.FunctionType(
+        function.__code__,
+        new if function.__globals__ is old else function.__globals__,
+        function.__name__,
+        function.__defaults__,
+        closure,
+    )
+    copy.__kwdefaults__ = function.__kwdefaults__
+    functools.update_wrapper(copy, function)
+    if inner_copy is not None:
+        copy.__wrapped__ = inner_copy  # type: ignore[attr-defined]
+    return copy
+
+
+def _fused_attention_forward(cls: type, cache: dict[type, Callable | None]) -> Callable | None:
+    """``cls.forward`` (an attention layer's) calling :func:`fused_rotary` of its modeling
+    module's ``apply_rotary_pos_emb``; None when that function is missing or its signature
+    is not the one the kernel implements. One copy per class and :func:`fuse_layers` call."""
+    if cls not in cache:
+        cache[cls] = None
+        modeling = sys.modules.get(cls.__module__)
+        original = getattr(modeling, "apply_rotary_pos_emb", None)
+        if (
+            original is not None
+            and list(inspect.signature(original).parameters) == _ROTARY_PARAMETERS
+        ):
+            old = vars(modeling)
+            new = {**old, "apply_rotary_pos_emb": fused_rotary(original)}
+            cache[cls] = _rebound(cls.forward, old, new)
+    return cache[cls]
 
 
 def _fusable(*tensors: torch.Tensor) -> bool:
@@ -181,12 +223,14 @@ def _silu(module: nn.Module) -> bool:
 
 def fuse_layers(model: nn.Module) -> int:
     """Route ``model``'s Llama-style RMS norms, SiLU MLPs and rotary embeddings through
-    the fused kernels (bf16 CPU inputs; others keep the modules' own arithmetic). Returns
+    the fused kernels (bf16 CPU inputs; others keep the modules' own arithmetic), by
+    setting those modules' ``forward``: nothing outside ``model`` changes. Returns
     the number of modules changed (an attention layer counts when its family's rotary
     embedding is fused): 0 when the kernels are unavailable."""
     if kernels.load() is None:
         return 0
     changed = 0
+    attention_forwards: dict[type, Callable | None] = {}
     for module in model.modules():
         name = type(module).__name__
         if name in RMS_NORMS and hasattr(module, "variance_epsilon"):
@@ -195,7 +239,10 @@ def fuse_layers(model: nn.Module) -> int:
         elif name in MLPS and _silu(module):
             module.forward = swiglu_mlp.__get__(module)
             changed += 1
-        elif name in ATTENTIONS and _fuse_rotary(module):
-            changed += 1
+        elif name in ATTENTIONS:
+            forward = _fused_attention_forward(type(module), attention_forwards)
+            if forward is not None:
+                module.forward = types.MethodType(forward, module)
+                changed += 1
     logger.debug("fused RMS norm / SwiGLU / rotary embedding in %d modules", changed)
     return changed

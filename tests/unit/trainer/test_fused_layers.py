@@ -20,13 +20,24 @@ pytestmark = pytest.mark.skipif(kernels.load() is None, reason="no C compiler: n
 
 
 @pytest.fixture(autouse=True)
-def _unfused_rotary(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test starts from transformers' own apply_rotary_pos_emb (fuse_layers patches
-    the modeling module, which outlives the model) and leaves it as it found it."""
-    rotary = modeling_llama.apply_rotary_pos_emb
-    monkeypatch.setattr(
-        modeling_llama, "apply_rotary_pos_emb", getattr(rotary, "fused_original", rotary)
-    )
+def _modeling_module_unchanged():
+    """fuse_layers changes the model it is given and nothing else: after every test the
+    modeling module and its classes are as transformers defined them."""
+    before = dict(vars(modeling_llama))
+    forwards = {name: vars(cls)["forward"] for name, cls in _llama_classes().items()}
+    yield
+    assert vars(modeling_llama) == before
+    assert {name: vars(cls)["forward"] for name, cls in _llama_classes().items()} == forwards
+
+
+def _llama_classes() -> dict[str, type]:
+    return {
+        name: value
+        for name, value in vars(modeling_llama).items()
+        if isinstance(value, type)
+        and value.__module__ == modeling_llama.__name__
+        and "forward" in vars(value)
+    }
 
 
 def _model(dtype: torch.dtype) -> LlamaForCausalLM:
@@ -70,7 +81,7 @@ def test_fused_modules_give_the_bf16_forward_and_gradients_within_its_rounding()
     plain_logits, plain_grads = _loss_and_grads(plain, ids, weights)  # before the patch
     # 2 layers x (2 norms + 1 MLP + 1 attention's rotary embedding) + the final norm
     assert fuse_layers(fused) == 9
-    assert hasattr(modeling_llama.apply_rotary_pos_emb, "fused_original")
+    assert not hasattr(modeling_llama.apply_rotary_pos_emb, "fused_original")
     fused_logits, fused_grads = _loss_and_grads(fused, ids, weights)
     true_logits, true_grads = _loss_and_grads(reference, ids, weights)
     # the forward rounds as the bf16 ops do
@@ -123,24 +134,54 @@ def test_without_kernels_nothing_changes(monkeypatch: pytest.MonkeyPatch) -> Non
     assert all("forward" not in vars(module) for module in model.modules())
 
 
+def _count_rotary_kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    apply = fused_layers._Rotary.apply
+    monkeypatch.setattr(fused_layers._Rotary, "apply", lambda *a: calls.append(1) or apply(*a))
+    return calls
+
+
 def test_fused_rotary_gives_the_bf16_model_its_own_logits_and_gradients_bit_for_bit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     plain = _model(torch.bfloat16)
     ids, weights = _inputs()
     expected = _loss_and_grads(plain, ids, weights)
-    original = modeling_llama.apply_rotary_pos_emb
-    modeling_llama.apply_rotary_pos_emb = fused_layers.fused_rotary(original)
-    calls = []
-    apply = fused_layers._Rotary.apply
-    monkeypatch.setattr(fused_layers._Rotary, "apply", lambda *a: calls.append(1) or apply(*a))
+    # the rotary embedding alone: only the attention layers get the fused forward
+    forward = fused_layers._fused_attention_forward(modeling_llama.LlamaAttention, {})
+    attentions = [m for m in plain.modules() if isinstance(m, modeling_llama.LlamaAttention)]
+    for attention in attentions:
+        attention.forward = forward.__get__(attention)
+    calls = _count_rotary_kernel_calls(monkeypatch)
     got = _loss_and_grads(plain, ids, weights)
     assert len(calls) == 2  # one per layer: the kernel ran
     assert torch.equal(got[0], expected[0])
     for name, grad in expected[1].items():
         assert torch.equal(got[1][name], grad), name
-    # fusing again wraps nothing twice
-    patched = modeling_llama.apply_rotary_pos_emb
+    # fusing again wraps transformers' function, not the fused one
     fuse_layers(plain)
-    assert modeling_llama.apply_rotary_pos_emb is patched
-    assert patched.fused_original is original
+    rotary = attentions[0].forward.__func__.__wrapped__.__globals__["apply_rotary_pos_emb"]
+    assert rotary.fused_original is modeling_llama.apply_rotary_pos_emb
+
+
+def test_another_model_in_the_process_keeps_transformers_rotary_embedding(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    other = _model(torch.bfloat16)
+    ids, weights = _inputs()
+    expected = _loss_and_grads(other, ids, weights)
+    fused = _model(torch.bfloat16)
+    assert fuse_layers(fused) == 9
+    calls = _count_rotary_kernel_calls(monkeypatch)
+    _loss_and_grads(fused, ids, weights)
+    assert len(calls) == 2
+    # a model built after the fused one, and one built before it, run transformers' code
+    later = _model(torch.bfloat16)
+    for model in (other, later):
+        calls.clear()
+        logits, grads = _loss_and_grads(model, ids, weights)
+        assert calls == []
+        assert all("forward" not in vars(m) for m in model.modules())
+        assert torch.equal(logits, expected[0])
+        for name, grad in expected[1].items():
+            assert torch.equal(grads[name], grad), name
