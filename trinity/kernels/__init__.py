@@ -30,9 +30,27 @@ The library is built with the system C compiler (``cc``, or ``$CC``) for this CP
 (``-march=native``) into ``~/.cache/trinity/kernels`` (``$TRINITY_KERNEL_CACHE``), named
 by a hash of the source, the flags and the CPU's feature flags; a build is written to a
 temporary name and renamed, so concurrent processes and interrupted builds never load
-a partial file. Without a compiler, or with ``TRINITY_CPU_KERNELS=0``, :func:`load`
-returns None and callers keep their plain PyTorch path (same results within bf16
-rounding; the tests compare both).
+a partial file. When it loads, the ctypes mirror :class:`DecodeShape` is checked against
+the C struct's own size and offsets.
+
+Two environment switches choose the path (the tests run under each):
+
+- ``TRINITY_CPU_KERNELS=0``: no kernels; :func:`load` returns None and callers keep
+  their plain PyTorch path (same results within bf16 rounding; the tests compare both).
+- ``TRINITY_KERNEL_MARCH=x86-64-v3`` (any ``-march`` value; default ``native``): build for
+  that baseline ISA instead, so a CPU with AVX-512 or AMX runs the code paths of one
+  without (no AVX512-BF16 attention, no AMX matmuls). Part of the build's cache key.
+
+The kernels step aside (one logged line per process, then the PyTorch path) without a
+compiler, on a CPU other than x86-64 or a C library other than glibc (the OpenMP
+runtime must be the libgomp torch loaded).
+
+Contracts: the elementwise kernels (rotary embedding, residual adds, the rounding of a
+result to bf16, AdamW's parameter copy) round as the bf16 PyTorch ops do, bit for bit on
+every ISA. Sums (RMS norm's sum of squares, log-sum-exp and entropy, dot products,
+softmax sums, the sampler's totals) are float32 sums in an order that depends on the
+vector width: they are within a stated bound of float64 for any order, not equal to
+torch's bits.
 """
 
 from __future__ import annotations
@@ -55,7 +73,6 @@ logger = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("cpu_kernels.c")
 FLAGS = [
     "-O3",
-    "-march=native",
     "-fopenmp",
     "-fno-math-errno",
     "-fno-trapping-math",
@@ -118,21 +135,53 @@ _SIGNATURES["decode_layers"] = [ctypes.POINTER(DecodeShape)] + [_P] * 19
 
 
 class KernelBuildError(RuntimeError):
-    pass
+    """The library cannot be built or loaded here (the kernels step aside)."""
 
 
 def enabled() -> bool:
     return os.environ.get("TRINITY_CPU_KERNELS", "1").lower() not in ("0", "false", "no", "off")
 
 
+def march() -> str:
+    """The ``-march`` the library is built for: ``$TRINITY_KERNEL_MARCH`` or native."""
+    return os.environ.get("TRINITY_KERNEL_MARCH", "").strip() or "native"
+
+
+def flags() -> list[str]:
+    """The compiler flags of a build (those of :data:`FLAGS` and the ``-march``)."""
+    return [FLAGS[0], f"-march={march()}", *FLAGS[1:]]
+
+
+def _platform() -> tuple[str, str, str]:
+    """(system, machine, C library) of this process, as :mod:`platform` names them."""
+    return platform.system(), platform.machine(), platform.libc_ver()[0]
+
+
+def unsupported_reason() -> str | None:
+    """Why this platform cannot run the kernels, or None: they need Linux on x86-64 with
+    glibc (x86 intrinsics; the libgomp that torch loaded, shared by soname)."""
+    system, machine, libc = _platform()
+    if system != "Linux":
+        return f"built on Linux only, not {system}"
+    if machine.lower() not in ("x86_64", "amd64"):
+        return f"built for x86-64 only, not {machine}"
+    if libc != "glibc":
+        return f"needs glibc, not {libc or 'an unknown C library'}"
+    return None
+
+
 def load() -> Kernels | None:
-    """The compiled kernels, or None (disabled, not Linux, or no working compiler; the
-    reason is logged once)."""
+    """The compiled kernels, or None (disabled, an unsupported platform, no working
+    compiler, or a library whose layout differs from its mirror; the reason is logged
+    once per process)."""
     if not enabled():
         return None
     with _lock:
         if "lib" not in _loaded:
             try:
+                reason = unsupported_reason()
+                if reason is not None:
+                    raise KernelBuildError(reason)
                 _loaded["lib"] = Kernels(ctypes.CDLL(str(build())))
             except (KernelBuildError, OSError) as exc:
                 logger.warning("fused CPU kernels unavailable, using PyTorch ops: %s", exc)
@@ -157,14 +206,15 @@ def cache_dir() -> Path:
 
 def build() -> Path:
     """Compile the library unless a build for this source, these flags and this CPU exists."""
-    if platform.system() != "Linux":
-        raise KernelBuildError(f"built on Linux only, not {platform.system()}")
+    reason = unsupported_reason()
+    if reason is not None:
+        raise KernelBuildError(reason)
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         raise KernelBuildError("no C compiler (cc or gcc) on PATH; set CC")
-    source = SOURCE.read_bytes()
+    source, build_flags = SOURCE.read_bytes(), flags()
     key = hashlib.sha256(
-        source + " ".join([compiler, *FLAGS, platform.machine(), _cpu_flags()]).encode()
+        source + " ".join([compiler, *build_flags, platform.machine(), _cpu_flags()]).encode()
     ).hexdigest()[:16]
     target = cache_dir() / f"cpu_kernels-{key}.so"
     if target.exists():
@@ -174,7 +224,7 @@ def build() -> Path:
     os.close(fd)
     try:
         done = subprocess.run(
-            [compiler, *FLAGS, str(SOURCE), "-o", partial, "-lm"],
+            [compiler, *build_flags, str(SOURCE), "-o", partial, "-lm"],
             capture_output=True,
             text=True,
             timeout=300,
@@ -195,18 +245,65 @@ def _ptr(t: torch.Tensor | None) -> int | None:
     return None if t is None else t.data_ptr()
 
 
-def _check(t: torch.Tensor, dtype: torch.dtype, name: str) -> None:
-    if t.dtype != dtype or not t.is_contiguous() or t.device.type != "cpu":
-        raise ValueError(
-            f"{name}: need a contiguous CPU {dtype} tensor, got {t.dtype} {t.stride()}"
+def _need(ok: bool, name: str, what: str) -> None:
+    """Raise ValueError naming the argument ``name`` unless ``ok`` (a real check, not an
+    ``assert``: the kernels read raw pointers, and ``python -O`` drops asserts)."""
+    if not ok:
+        raise ValueError(f"{name}: {what}")
+
+
+def _tensor(t: object, dtype: torch.dtype, name: str, dims: int | None = None) -> None:
+    """``t`` is a CPU tensor of ``dtype`` (with ``dims`` dimensions) whose last dimension is
+    contiguous."""
+    _need(isinstance(t, torch.Tensor), name, f"need a tensor, got {type(t).__name__}")
+    _need(t.device.type == "cpu", name, f"need a CPU tensor, got {t.device}")
+    _need(t.dtype == dtype, name, f"need {dtype}, got {t.dtype}")
+    if dims is not None:
+        _need(t.dim() == dims, name, f"need {dims} dimensions, got shape {tuple(t.shape)}")
+    _need(t.dim() == 0 or t.stride(-1) == 1, name, f"last dim not contiguous: {t.stride()}")
+
+
+def _check(t: object, dtype: torch.dtype, name: str, shape: tuple[int, ...] | None = None) -> None:
+    """``t`` is a contiguous CPU tensor of ``dtype`` (and ``shape``)."""
+    _tensor(t, dtype, name)
+    _need(t.is_contiguous(), name, f"need a contiguous tensor, got strides {t.stride()}")
+    if shape is not None:
+        _need(tuple(t.shape) == tuple(shape), name, f"need shape {shape}, got {tuple(t.shape)}")
+
+
+def _indices(t: torch.Tensor, end: int, name: str) -> None:
+    """Every value of the int64 tensor ``t`` lies in [0, end)."""
+    if t.numel():
+        low, high = int(t.min()), int(t.max())
+        _need(0 <= low and high < end, name, f"values must lie in [0, {end}), got {low}..{high}")
+
+
+def _check_layout(lib: ctypes.CDLL, mirror: type[ctypes.Structure]) -> None:
+    """Raise KernelBuildError unless ``mirror`` has the C ``decode_shape``'s size, field
+    count and field offsets (as the compiler laid them out)."""
+    fn = lib.decode_shape_layout
+    fn.argtypes, fn.restype = [_P, _I], _I
+    out = (ctypes.c_int64 * 64)()
+    n = fn(out, 64)
+    size, count, offsets = out[0], out[1], list(out[2:n])
+    names = [field[0] for field in mirror._fields_]
+    ours = [getattr(mirror, name).offset for name in names]
+    if (size, count, offsets) != (ctypes.sizeof(mirror), len(names), ours):
+        raise KernelBuildError(
+            f"the ctypes mirror {mirror.__name__} does not match the C decode_shape: C has "
+            f"{count} fields at offsets {offsets} in {size} bytes, the mirror {len(names)} at "
+            f"{ours} in {ctypes.sizeof(mirror)}; update one to match the other"
         )
 
 
 class Kernels:
     """Typed entry points of the library. Tensors must be contiguous CPU tensors of the
-    dtypes named; the kernels write their outputs in place."""
+    dtypes named (except where a method says otherwise); the kernels write their outputs
+    in place. Every entry point checks shapes, strides, dtypes and index ranges first and
+    raises ValueError naming the argument."""
 
-    def __init__(self, lib: ctypes.CDLL) -> None:
+    def __init__(self, lib: ctypes.CDLL, mirror: type[ctypes.Structure] | None = None) -> None:
+        _check_layout(lib, DecodeShape if mirror is None else mirror)
         self.lib = lib  # the raw functions, for hot loops that checked their inputs once
         for name, argtypes in _SIGNATURES.items():
             fn = getattr(lib, name)
@@ -248,14 +345,23 @@ class Kernels:
         values widened to float32 with ``out_f32``. Needs :attr:`amx`."""
         if not self.amx:
             raise RuntimeError("amx_linear: this CPU or kernel offers no AMX tiles")
+        _tensor(x, torch.bfloat16, "x", dims=2)
         _check(x, torch.bfloat16, "x")
-        _check(packed, torch.bfloat16, "packed")
         rows, k = x.shape
+        _need(k % 32 == 0, "x", f"need a multiple of 32 inputs, got {k}")
+        _tensor(packed, torch.bfloat16, "packed", dims=5)
+        _check(packed, torch.bfloat16, "packed", (packed.shape[0], k // 32, 16, 16, 2))
         n = packed.shape[0] * 16
-        assert packed.shape[1:] == (k // 32, 16, 16, 2) and k % 32 == 0
         out = torch.empty((rows, n), dtype=torch.float32 if out_f32 else torch.bfloat16)
         self.lib.amx_linear(_ptr(x), _ptr(packed), _ptr(out), rows, n, k, int(out_f32))
         return out
+
+    @staticmethod
+    def _cache(t: torch.Tensor, name: str, shape: tuple[int, ...], dim: int) -> None:
+        """A (.., .., columns, dim) bf16 cache whose columns are ``dim`` contiguous values."""
+        _tensor(t, torch.bfloat16, name, dims=4)
+        _need(tuple(t.shape) == shape, name, f"need shape {shape}, got {tuple(t.shape)}")
+        _need(t.stride(2) == dim, name, f"columns must be {dim} apart, got strides {t.stride()}")
 
     def decode_attention(
         self,
@@ -276,28 +382,41 @@ class Kernels:
         that sample from the same prompt. ``mask``: None or additive bf16 over the first
         segment: (prompts, >= P) over the prefix when there is one, else (rows, >=
         steps) over the rows' own columns."""
-        rows, heads, dim = q.shape
-        kv_heads = keys.shape[1]
+        _tensor(q, torch.bfloat16, "q", dims=3)
         _check(q, torch.bfloat16, "q")
-        assert keys.dtype == values.dtype == torch.bfloat16 and keys.stride() == values.stride()
-        assert keys.shape[0] == rows and keys.shape[3] == dim and heads % kv_heads == 0
-        assert keys.stride(3) == 1 and keys.stride(2) == dim and 0 < steps <= keys.shape[2]
+        rows, heads, dim = q.shape
+        _tensor(keys, torch.bfloat16, "keys", dims=4)
+        kv_heads, capacity = keys.shape[1], keys.shape[2]
+        _need(kv_heads > 0 and heads % kv_heads == 0, "keys", f"{kv_heads} kv heads for {heads}")
+        self._cache(keys, "keys", (rows, kv_heads, capacity, dim), dim)
+        self._cache(values, "values", tuple(keys.shape), dim)
+        _need(values.stride() == keys.stride(), "values", "need the strides of keys")
+        _need(0 < steps <= capacity, "steps", f"need 1..{capacity}, got {steps}")
         prefix_keys = prefix_values = prompt_of = None
         prefix_len = prefix_row = prefix_head = 0
+        mask_rows, mask_columns = rows, steps
         if prefix is not None:
             prefix_keys, prefix_values, prompt_of = prefix
-            _check(prompt_of, torch.int64, "prompt_of")
-            assert prefix_keys.stride() == prefix_values.stride() and prompt_of.shape == (rows,)
-            assert prefix_keys.stride(3) == 1 and prefix_keys.stride(2) == dim
-            assert int(prompt_of.max()) < prefix_keys.shape[0]
-            prefix_len, prefix_row, prefix_head = (
-                prefix_keys.shape[2],
-                prefix_keys.stride(0),
-                prefix_keys.stride(1),
+            _tensor(prefix_keys, torch.bfloat16, "prefix keys", dims=4)
+            prompts, prefix_len = prefix_keys.shape[0], prefix_keys.shape[2]
+            self._cache(prefix_keys, "prefix keys", (prompts, kv_heads, prefix_len, dim), dim)
+            self._cache(prefix_values, "prefix values", tuple(prefix_keys.shape), dim)
+            _need(
+                prefix_values.stride() == prefix_keys.stride(),
+                "prefix values",
+                "need the strides of the prefix keys",
             )
+            _check(prompt_of, torch.int64, "prompt_of", (rows,))
+            _indices(prompt_of, prompts, "prompt_of")
+            prefix_row, prefix_head = prefix_keys.stride(0), prefix_keys.stride(1)
+            mask_rows, mask_columns = prompts, prefix_len
         if mask is not None:
-            assert mask.dtype == torch.bfloat16 and mask.stride(1) == 1
-            assert mask.shape[1] >= (prefix_len or steps)
+            _tensor(mask, torch.bfloat16, "mask", dims=2)
+            _need(
+                mask.shape[0] >= mask_rows and mask.shape[1] >= mask_columns,
+                "mask",
+                f"need at least ({mask_rows}, {mask_columns}), got {tuple(mask.shape)}",
+            )
         out = q.new_empty((rows, heads * dim))
         self.lib.decode_attention(
             _ptr(q),
@@ -330,11 +449,12 @@ class Kernels:
         greedy) from the uniform numbers ``u`` (B,) -> tokens (B,) int64 and their
         log-softmax (B,) float32, as :func:`trinity.models.sampling.sample_tokens` draws
         them without top-k, top-p or banned tokens (within float rounding of the sums)."""
-        rows, vocab = logits.shape
+        _tensor(logits, torch.float32, "logits", dims=2)
         _check(logits, torch.float32, "logits")
-        _check(temperature, torch.float32, "temperature")
-        _check(u, torch.float32, "u")
-        assert temperature.shape == u.shape == (rows,)
+        rows, vocab = logits.shape
+        _need(vocab > 0, "logits", "need a vocabulary of at least one token")
+        _check(temperature, torch.float32, "temperature", (rows,))
+        _check(u, torch.float32, "u", (rows,))
         tokens = torch.empty(rows, dtype=torch.int64)
         logprobs = torch.empty(rows, dtype=torch.float32)
         self.lib.sample_rows(
@@ -351,13 +471,13 @@ class Kernels:
         eps: float,
     ) -> None:
         """x += delta (if given); out = rms_norm(x) * weight. All (rows, dim) bf16."""
+        _tensor(x, torch.bfloat16, "x", dims=2)
+        _check(x, torch.bfloat16, "x")
         rows, dim = x.shape
-        for t, name in ((x, "x"), (weight, "weight"), (out, "out")):
-            _check(t, torch.bfloat16, name)
+        _check(weight, torch.bfloat16, "weight", (dim,))
+        _check(out, torch.bfloat16, "out", (rows, dim))
         if delta is not None:
-            _check(delta, torch.bfloat16, "delta")
-            assert delta.shape == x.shape
-        assert out.shape == x.shape and weight.numel() == dim
+            _check(delta, torch.bfloat16, "delta", (rows, dim))
         self.lib.add_rms_norm(_ptr(x), _ptr(delta), _ptr(weight), _ptr(out), rows, dim, eps)
 
     def rope_kv(
@@ -373,17 +493,30 @@ class Kernels:
     ) -> None:
         """RoPE of q and k of one token per row; q into ``q_out`` (rows, heads, dim), k and
         v into column ``column`` of ``keys`` / ``values`` (rows, kv_heads, T, dim)."""
-        rows, heads, dim = q_out.shape
-        kv_heads = keys.shape[1]
-        _check(qkv, torch.bfloat16, "qkv")
+        _tensor(q_out, torch.bfloat16, "q_out", dims=3)
         _check(q_out, torch.bfloat16, "q_out")
-        _check(cos, torch.bfloat16, "cos")
-        _check(sin, torch.bfloat16, "sin")
-        _check(positions, torch.int64, "positions")
-        assert qkv.shape == (rows, (heads + 2 * kv_heads) * dim) and positions.shape == (rows,)
-        assert keys.shape[0] == rows and keys.shape[-1] == dim and keys.stride() == values.stride()
-        assert keys.dtype == values.dtype == torch.bfloat16 and keys.stride(-1) == 1
-        assert 0 <= column < keys.shape[2] and int(positions.max()) < cos.shape[0]
+        rows, heads, dim = q_out.shape
+        _need(dim % 2 == 0, "q_out", f"need an even head dim, got {dim}")
+        _tensor(keys, torch.bfloat16, "keys", dims=4)
+        kv_heads, capacity = keys.shape[1], keys.shape[2]
+        _need(
+            tuple(keys.shape) == (rows, kv_heads, capacity, dim),
+            "keys",
+            f"need ({rows}, kv_heads, T, {dim}), got {tuple(keys.shape)}",
+        )
+        _tensor(values, torch.bfloat16, "values", dims=4)
+        _need(
+            values.shape == keys.shape and values.stride() == keys.stride(),
+            "values",
+            f"need the shape and strides of keys, got {tuple(values.shape)} {values.stride()}",
+        )
+        _check(qkv, torch.bfloat16, "qkv", (rows, (heads + 2 * kv_heads) * dim))
+        _check(positions, torch.int64, "positions", (rows,))
+        _tensor(cos, torch.bfloat16, "cos", dims=2)
+        _check(cos, torch.bfloat16, "cos", (cos.shape[0], dim))
+        _check(sin, torch.bfloat16, "sin", tuple(cos.shape))
+        _indices(positions, cos.shape[0], "positions")
+        _need(0 <= column < capacity, "column", f"need 0..{capacity - 1}, got {column}")
         self.lib.rope_kv(
             _ptr(qkv),
             _ptr(positions),
@@ -402,10 +535,10 @@ class Kernels:
 
     def silu_mul(self, gate_up: torch.Tensor, out: torch.Tensor) -> None:
         """out (rows, I) = silu(gate_up[:, :I]) * gate_up[:, I:]."""
-        rows, inter = out.shape
-        _check(gate_up, torch.bfloat16, "gate_up")
+        _tensor(out, torch.bfloat16, "out", dims=2)
         _check(out, torch.bfloat16, "out")
-        assert gate_up.shape == (rows, 2 * inter)
+        rows, inter = out.shape
+        _check(gate_up, torch.bfloat16, "gate_up", (rows, 2 * inter))
         self.lib.silu_mul(_ptr(gate_up), _ptr(out), rows, inter)
 
     def adamw_step(
@@ -425,15 +558,21 @@ class Kernels:
     ) -> None:
         """One AdamW update of ``master`` (fp32) from ``grad`` (bf16 or fp32) at step
         ``step`` (1-based), as torch.optim.AdamW; ``param`` (bf16) gets the new value."""
+        _check(master, torch.float32, "master")
         n = master.numel()
-        for t, name in ((master, "master"), (exp_avg, "exp_avg"), (exp_avg_sq, "exp_avg_sq")):
+        for t, name in ((exp_avg, "exp_avg"), (exp_avg_sq, "exp_avg_sq")):
             _check(t, torch.float32, name)
-            assert t.numel() == n
+            _need(t.numel() == n, name, f"need {n} elements, got {t.numel()}")
         _check(param, torch.bfloat16, "param")
-        if grad.dtype not in (torch.bfloat16, torch.float32):
-            raise ValueError(f"grad: need bf16 or float32, got {grad.dtype}")
+        _need(param.numel() == n, "param", f"need {n} elements, got {param.numel()}")
+        _need(
+            isinstance(grad, torch.Tensor) and grad.dtype in (torch.bfloat16, torch.float32),
+            "grad",
+            f"need bf16 or float32, got {getattr(grad, 'dtype', type(grad).__name__)}",
+        )
         _check(grad, grad.dtype, "grad")
-        assert grad.numel() == n and param.numel() == n
+        _need(grad.numel() == n, "grad", f"need {n} elements, got {grad.numel()}")
+        _need(step >= 1, "step", f"steps count from 1, got {step}")
         beta1, beta2 = betas
         bf16_grad = grad.dtype == torch.bfloat16
         self.lib.adamw_step(
@@ -456,8 +595,7 @@ class Kernels:
     def swiglu_forward(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
         """silu(gate) * up, bf16, same shapes."""
         _check(gate, torch.bfloat16, "gate")
-        _check(up, torch.bfloat16, "up")
-        assert gate.shape == up.shape
+        _check(up, torch.bfloat16, "up", tuple(gate.shape))
         out = torch.empty_like(gate)
         self.lib.swiglu_forward(_ptr(gate), _ptr(up), _ptr(out), gate.numel())
         return out
@@ -466,9 +604,9 @@ class Kernels:
         self, grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(grad_gate, grad_up) of :meth:`swiglu_forward` for the output gradient ``grad``."""
-        for t, name in ((grad, "grad"), (gate, "gate"), (up, "up")):
-            _check(t, torch.bfloat16, name)
-        assert grad.shape == gate.shape == up.shape
+        _check(gate, torch.bfloat16, "gate")
+        _check(up, torch.bfloat16, "up", tuple(gate.shape))
+        _check(grad, torch.bfloat16, "grad", tuple(gate.shape))
         grad_gate, grad_up = torch.empty_like(gate), torch.empty_like(up)
         self.lib.swiglu_backward(
             _ptr(grad), _ptr(gate), _ptr(up), _ptr(grad_gate), _ptr(grad_up), gate.numel()
@@ -481,9 +619,9 @@ class Kernels:
         """(y, rstd): y = weight * bf16(x / sqrt(mean(x^2) + eps)) over the last dim of
         ``x`` (bf16), rstd the float32 1 / sqrt(...) of each row."""
         _check(x, torch.bfloat16, "x")
-        _check(weight, torch.bfloat16, "weight")
+        _need(x.dim() >= 1 and x.shape[-1] > 0, "x", f"need a last dim, got {tuple(x.shape)}")
         dim = x.shape[-1]
-        assert weight.shape == (dim,)
+        _check(weight, torch.bfloat16, "weight", (dim,))
         rows = x.numel() // dim
         y = torch.empty_like(x)
         rstd = torch.empty(x.shape[:-1], dtype=torch.float32)
@@ -494,12 +632,12 @@ class Kernels:
         self, grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(grad_x bf16, grad_weight float32) of :meth:`rms_norm_forward`."""
-        for t, name in ((grad, "grad"), (x, "x"), (weight, "weight")):
-            _check(t, torch.bfloat16, name)
-        _check(rstd, torch.float32, "rstd")
+        _check(x, torch.bfloat16, "x")
+        _need(x.dim() >= 1 and x.shape[-1] > 0, "x", f"need a last dim, got {tuple(x.shape)}")
         dim = x.shape[-1]
-        assert grad.shape == x.shape and weight.shape == (dim,)
-        assert rstd.numel() * dim == x.numel()
+        _check(grad, torch.bfloat16, "grad", tuple(x.shape))
+        _check(weight, torch.bfloat16, "weight", (dim,))
+        _check(rstd, torch.float32, "rstd", tuple(x.shape[:-1]))
         grad_x = torch.empty_like(x)
         grad_w = torch.empty(dim, dtype=torch.float32)
         self.lib.rms_norm_backward(
@@ -521,25 +659,29 @@ class Kernels:
         ``backward``, ``x`` is the output's gradient and the result the input's. Any
         strides with a contiguous last dimension; the result has ``x``'s strides, or the
         (shape, stride) of ``like``."""
+        _tensor(x, torch.bfloat16, "x", dims=4)
+        _tensor(cos, torch.bfloat16, "cos", dims=3)
+        _tensor(sin, torch.bfloat16, "sin", dims=3)
         batch, heads, steps, dim = x.shape
-        for t, name in ((x, "x"), (cos, "cos"), (sin, "sin")):
-            if t.dtype != torch.bfloat16 or t.device.type != "cpu" or t.stride(-1) != 1:
-                raise ValueError(
-                    f"rope: {name} must be a CPU bf16 tensor with a contiguous last dim, got "
-                    f"{t.dtype} {t.stride()}"
-                )
-        if dim % 2 or cos.shape != sin.shape or cos.stride() != sin.stride():
-            raise ValueError(f"rope: need an even head dim and cos, sin alike, got {dim}")
+        _need(dim % 2 == 0, "x", f"need an even head dim, got {dim}")
+        _need(
+            cos.shape == sin.shape and cos.stride() == sin.stride(),
+            "sin",
+            f"need the shape and strides of cos, got {tuple(sin.shape)} {sin.stride()}",
+        )
         if cos.shape[0] not in (1, batch) or tuple(cos.shape[1:]) != (steps, dim):
             raise ValueError(
-                f"rope: cos/sin must be ({batch} or 1, {steps}, {dim}), got {tuple(cos.shape)}"
+                f"cos: cos/sin must be ({batch} or 1, {steps}, {dim}), got {tuple(cos.shape)}"
             )
         if like is None:
             out = torch.empty_like(x)
         else:
             out = torch.empty_strided(*like, dtype=torch.bfloat16)
-        if out.shape != x.shape or out.stride(-1) != 1:
-            raise ValueError(f"rope: bad output layout {tuple(out.shape)} {out.stride()}")
+        _need(
+            out.shape == x.shape and out.stride(-1) == 1,
+            "like",
+            f"need the shape of x with a contiguous last dim, got {tuple(out.shape)} {out.stride()}",
+        )
         self.lib.rope_train(
             _ptr(x), _ptr(out), _ptr(cos), _ptr(sin), batch, heads, steps, dim,
             x.stride(0), x.stride(1), x.stride(2), out.stride(0), out.stride(1), out.stride(2),
@@ -550,8 +692,11 @@ class Kernels:
     def sum_squares(self, t: torch.Tensor) -> float:
         """The sum of the squares of a contiguous bf16 or float32 tensor, accumulated in
         float32 per block of 4096 values and in double across blocks."""
-        if t.dtype not in (torch.bfloat16, torch.float32):
-            raise ValueError(f"sum_squares: need bf16 or float32, got {t.dtype}")
+        _need(
+            isinstance(t, torch.Tensor) and t.dtype in (torch.bfloat16, torch.float32),
+            "t",
+            f"sum_squares: need bf16 or float32, got {getattr(t, 'dtype', type(t).__name__)}",
+        )
         _check(t, t.dtype, "t")
         bf16 = t.dtype == torch.bfloat16
         return self.lib.sum_squares(
@@ -563,8 +708,8 @@ class Kernels:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """(logprob, lse, entropy or None), each (B, T) float32, of (B, T, V) bf16 logits
         whose last dimension is contiguous."""
+        self._check_logits(logits, labels, temperature)
         batch, steps, vocab = logits.shape
-        self._check_logits(logits, labels)
         out = torch.empty((batch, steps), dtype=torch.float32)
         lse = torch.empty_like(out)
         ent = torch.empty_like(out) if entropy else None
@@ -585,12 +730,17 @@ class Kernels:
         temperature: float,
     ) -> torch.Tensor:
         """d(sum grad * logprob) / d logits: (B, T, V) bf16, contiguous."""
+        self._check_logits(logits, labels, temperature)
         batch, steps, vocab = logits.shape
-        self._check_logits(logits, labels)
-        _check(lse, torch.float32, "lse")
+        _check(lse, torch.float32, "lse", (batch, steps))
+        _need(
+            isinstance(grad, torch.Tensor) and tuple(grad.shape) == (batch, steps),
+            "grad",
+            f"need shape ({batch}, {steps}), got {tuple(getattr(grad, 'shape', ()))}",
+        )
+        _need(grad.device.type == "cpu", "grad", f"need a CPU tensor, got {grad.device}")
         grad = grad.float().contiguous()
         labels = labels.contiguous()
-        assert lse.shape == grad.shape == (batch, steps)
         out = torch.empty((batch, steps, vocab), dtype=torch.bfloat16)
         self.lib.logprob_rows_backward(
             logits.data_ptr(), labels.data_ptr(), lse.data_ptr(), grad.data_ptr(),
@@ -600,14 +750,18 @@ class Kernels:
         return out
 
     @staticmethod
-    def _check_logits(logits: torch.Tensor, labels: torch.Tensor) -> None:
-        if logits.dtype != torch.bfloat16 or logits.stride(-1) != 1 or logits.dim() != 3:
-            raise ValueError(
-                f"logits: need (B, T, V) bf16 with a contiguous last dim, got {logits.dtype} {logits.stride()}"
-            )
-        if labels.shape != logits.shape[:2] or labels.dtype != torch.int64:
-            raise ValueError(
-                f"labels: need int64 {tuple(logits.shape[:2])}, got {labels.dtype} {tuple(labels.shape)}"
-            )
-        if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= logits.shape[2]):
-            raise ValueError(f"labels: ids must lie in [0, {logits.shape[2]})")
+    def _check_logits(logits: torch.Tensor, labels: torch.Tensor, temperature: float) -> None:
+        _tensor(logits, torch.bfloat16, "logits", dims=3)
+        batch, steps, vocab = logits.shape
+        _need(vocab > 0, "logits", "need a vocabulary of at least one token")
+        _need(
+            isinstance(labels, torch.Tensor)
+            and labels.device.type == "cpu"
+            and labels.dtype == torch.int64
+            and tuple(labels.shape) == (batch, steps),
+            "labels",
+            f"need a CPU int64 ({batch}, {steps}) tensor, got "
+            f"{getattr(labels, 'dtype', type(labels).__name__)} {tuple(getattr(labels, 'shape', ()))}",
+        )
+        _indices(labels, vocab, "labels")
+        _need(temperature > 0, "temperature", f"need > 0, got {temperature}")

@@ -1,13 +1,18 @@
 /* Fused CPU kernels for bf16 decoding and the bf16-weights optimizer step.
  *
- * Built at first use by trinity/kernels/__init__.py (gcc -O3 -march=native -fopenmp) and
- * called through ctypes. OpenMP here is the libgomp that torch already loaded (same
+ * Built at first use by trinity/kernels/__init__.py (gcc -O3 -march=native -fopenmp, or
+ * the baseline ISA that TRINITY_KERNEL_MARCH names) and called through ctypes. Results
+ * do not depend on the ISA except where a sum's order does (vector widths differ): the
+ * elementwise kernels round as their bf16 PyTorch ops do, bit for bit; the norms,
+ * log-sum-exps, dot products and softmax sums are float32 sums whose order is not fixed
+ * (tests/unit/kernels bound them against float64 for any order). OpenMP here is the libgomp that torch already loaded (same
  * soname), so these loops share torch's thread team instead of starting a second one.
  *
  * bf16 values are uint16_t bit patterns: widening is a shift, narrowing rounds to nearest
  * even (NaN stays NaN), as torch's conversions do.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -434,15 +439,24 @@ static inline void attn_scores64(const bf16 *q, const bf16 *k, const bf16 *m, fl
                              _mm512_add_ps(_mm512_mul_ps(lane_sums16(dots), scales), bias));
         }
     }
-    for (; t < steps; t++) {
-        const bf16 *kt = k + t * 64;
-        const __m512bh k0 = (__m512bh)_mm512_loadu_si512((const void *)kt),
-                       k1 = (__m512bh)_mm512_loadu_si512((const void *)(kt + 32));
-        const float bias = m ? bf2f(m[t]) : 0.0f;
+    if (t < steps) { /* the last columns summed as a block sums them: a column's score
+                        does not depend on where its segment's blocks begin */
+        const int64_t rest = steps - t;
+        float bias[16], sums[16];
+        for (int64_t i = 0; i < rest; i++) bias[i] = m ? bf2f(m[t + i]) : 0.0f;
         for (int g = 0; g < group; g++) {
-            const __m512 d = _mm512_dpbf16_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), qv[g][0], k0),
-                                              qv[g][1], k1);
-            scores[g * stride + t] = _mm512_reduce_add_ps(d) * scale + bias;
+            __m512 dots[16];
+            for (int i = 0; i < 16; i++) {
+                dots[i] = _mm512_setzero_ps();
+                if (i >= rest) continue;
+                const bf16 *kt = k + (t + i) * 64;
+                const __m512 low = _mm512_dpbf16_ps(
+                    dots[i], qv[g][0], (__m512bh)_mm512_loadu_si512((const void *)kt));
+                dots[i] = _mm512_dpbf16_ps(low, qv[g][1],
+                                           (__m512bh)_mm512_loadu_si512((const void *)(kt + 32)));
+            }
+            _mm512_storeu_ps(sums, lane_sums16(dots));
+            for (int64_t i = 0; i < rest; i++) scores[g * stride + t + i] = sums[i] * scale + bias[i];
         }
     }
 }
@@ -705,6 +719,28 @@ typedef struct {
     int64_t prefix_len, prefix_layer_stride, prefix_row_stride, prefix_head_stride;
     float eps, scale;
 } decode_shape;
+
+/* The layout of decode_shape as this compiler lays it out, for the ctypes mirror to be
+ * checked against when the library loads: out[0] = sizeof, out[1] = the number of fields,
+ * then each field's offset in declaration order. Returns the number of values written
+ * (at most capacity). */
+#define DECODE_SHAPE_FIELD(name) offsetof(decode_shape, name)
+int64_t decode_shape_layout(int64_t *out, int64_t capacity) {
+    const int64_t layout[] = {
+        sizeof(decode_shape), 18,
+        DECODE_SHAPE_FIELD(layers), DECODE_SHAPE_FIELD(rows), DECODE_SHAPE_FIELD(hidden),
+        DECODE_SHAPE_FIELD(heads), DECODE_SHAPE_FIELD(kv_heads), DECODE_SHAPE_FIELD(dim),
+        DECODE_SHAPE_FIELD(inter), DECODE_SHAPE_FIELD(column), DECODE_SHAPE_FIELD(layer_stride),
+        DECODE_SHAPE_FIELD(row_stride), DECODE_SHAPE_FIELD(head_stride),
+        DECODE_SHAPE_FIELD(mask_stride), DECODE_SHAPE_FIELD(prefix_len),
+        DECODE_SHAPE_FIELD(prefix_layer_stride), DECODE_SHAPE_FIELD(prefix_row_stride),
+        DECODE_SHAPE_FIELD(prefix_head_stride), DECODE_SHAPE_FIELD(eps), DECODE_SHAPE_FIELD(scale),
+    };
+    const int64_t n = (int64_t)(sizeof layout / sizeof layout[0]);
+    for (int64_t i = 0; i < n && i < capacity; i++) out[i] = layout[i];
+    return n < capacity ? n : capacity;
+}
+#undef DECODE_SHAPE_FIELD
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
 #include <immintrin.h>
