@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import threading
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +51,9 @@ _ROLLOUT_KEYS = {
     "ignore_eos",
     "seed",
 }
+# each refused call after the first waits this much longer (at most 1 s) before raising,
+# so a workflow that retries on every error does not spin a core once it was abandoned
+_REFUSAL_BACKOFF_S = 0.02
 # "stop": strings that end a response (cut after sampling); logprobs are always returned
 _EXTRA_KEYS = {"stop", "logprobs"}
 
@@ -344,6 +348,8 @@ class ModelWrapper:
         if self._closed:
             with self._history_lock:
                 self.refused_calls += 1
+                refused = self.refused_calls
+            time.sleep(min(_REFUSAL_BACKOFF_S * (refused - 1), 1.0))
             raise ModelClosedError(
                 f"model '{self.name}': this wrapper was closed, so the call was refused before "
                 "reaching the engine (a runner closes the wrappers of a task it abandoned "

@@ -7,6 +7,7 @@ the background) neither starves later steps nor leaks into their results.
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -16,7 +17,9 @@ from trinity.explorer.explorer import Explorer
 from trinity.explorer.runner import RunnerPool
 from trinity.models.engine import TransformersEngine
 from trinity.models.wrapper import ModelWrapper
-from trinity.types import Task
+from trinity.types import Experience, Task
+from trinity.workflows.base import Workflow
+from trinity.workflows.registry import WORKFLOWS
 
 
 def test_step_with_a_failure_and_a_timeout_completes(tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -84,3 +87,99 @@ def test_hung_runner_slot_is_replaced(tiny_model_dir: Path, tmp_path: Path) -> N
     finally:
         pool.close()
         engine.close()
+
+
+class RecordingEngine(TransformersEngine):
+    """The tiny engine, noting which thread sent each request and when."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.requests: list[tuple[threading.Thread, float]] = []  # (sender, time.monotonic())
+
+    def submit(self, prompts, params):
+        self.requests.append((threading.current_thread(), time.monotonic()))
+        return super().submit(prompts, params)
+
+    def compute_logprobs(self, token_ids, prompt_lengths, temperature=1.0):
+        self.requests.append((threading.current_thread(), time.monotonic()))
+        return super().compute_logprobs(token_ids, prompt_lengths, temperature)
+
+
+HUNG_THREADS: dict[str, threading.Thread] = {}  # behaviour -> the thread that ran it
+
+
+@WORKFLOWS.register("hang_forever_test_workflow")
+class HangForeverWorkflow(Workflow):
+    """``loop``: calls the model (chat, then logprobs) again and again, forever;
+    ``sleep``: sleeps until the test ends; ``ok``: one short chat call."""
+
+    async def run_async(self) -> list[Experience]:
+        behaviour = self.task.raw["behaviour"]
+        messages = [{"role": "user", "content": self.task.prompt}]
+        if behaviour == "ok":
+            return await self.model.achat(messages, max_tokens=2)
+        HUNG_THREADS[behaviour] = threading.current_thread()
+        while behaviour == "loop":
+            [exp] = await self.model.achat(messages, max_tokens=2)
+            self.model.logprobs(exp.tokens)
+        while not RELEASE.is_set():
+            time.sleep(0.05)
+        return []
+
+
+def test_tasks_that_hang_forever_are_cut_off_at_their_timeout(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """A task looping on model calls and one sleeping: the step ends at max_timeout, the
+    looping thread's later calls never reach the engine (it ends on the refusal), and the
+    next step runs at full width with only its own requests on the engine."""
+    engine = RecordingEngine(str(tiny_model_dir), dtype="float32")
+    max_timeout = 3.0
+    pool = RunnerPool(
+        [ModelWrapper(engine)],
+        num_runners=2,
+        max_timeout=max_timeout,
+        max_retry_times=1,
+        log_dir=tmp_path,
+    )
+    workflow = "hang_forever_test_workflow"
+    HUNG_THREADS.clear()
+    try:
+        start = time.monotonic()
+        first = pool.run_tasks(
+            [behaviour_task(i, b, workflow) for i, b in enumerate(["loop", "sleep", "ok"])], 1
+        )
+        returned = time.monotonic()
+        assert (first.timed_out, first.failed, first.skipped) == (2, 0, 0)
+        assert [e.eid.task for e in first.experiences] == [2]
+        # the step waited for the deadline and no longer (the generous margin is the
+        # third task, run after the first two were abandoned)
+        assert max_timeout <= returned - start < max_timeout + 20
+        # the looping thread ends on its first refused call (and starts no second try);
+        # the sleeping one runs on
+        for _ in range(200):
+            if pool.abandoned_running == 1:
+                break
+            time.sleep(0.05)
+        assert pool.abandoned_running == 1
+        loop_thread = HUNG_THREADS["loop"]
+        assert any(ident == loop_thread for ident, _ in engine.requests)  # it did call
+        assert not [t for ident, t in engine.requests if ident == loop_thread and t > returned]
+        assert pool.refused_calls == 1
+
+        seen = len(engine.requests)
+        second = pool.run_tasks([behaviour_task(i, "ok", workflow) for i in (3, 4)], 2)
+        assert (second.timed_out, second.failed, second.skipped) == (0, 0, 0)
+        assert [e.eid.task for e in second.experiences] == [3, 4]
+        assert (second.abandoned_alive, second.refused_calls) == (1, 0)
+        # the engine served the second step's two calls and nothing else
+        assert len(engine.requests) - seen == 2
+        assert not {sender for sender, _ in engine.requests[seen:]} & set(HUNG_THREADS.values())
+    finally:
+        RELEASE.set()
+        pool.close()
+        engine.close()
+    logs = "".join(p.read_text() for p in sorted(tmp_path.glob("explorer_runner_*.log")))
+    assert "its model calls are refused from now on" in logs
+    assert "abandoned task 0 of taskset 't' ended with ModelClosedError" in logs
+    assert "try 2 of 2" not in logs  # an abandoned task is not retried
