@@ -179,6 +179,13 @@ class Explorer:
                 "time/explore_step": time.perf_counter() - start,
             }
         )
+        if metrics["rollout/reward_errors"]:
+            self.logger.warning(
+                "explore step %d: the reward function raised on %d rollout(s), rewarded 0 "
+                "(tracebacks in explorer_runner_*.log)",
+                step,
+                int(metrics["rollout/reward_errors"]),
+            )
         if result.failed or result.timed_out or result.skipped:
             self.logger.warning(
                 "explore step %d: %d task(s) failed, %d timed out, %d skipped "

@@ -24,9 +24,16 @@ def _stats(prefix: str, values: list[float]) -> dict[str, float]:
     }
 
 
+def reward_errors(experiences: list[Experience]) -> int:
+    """Experiences whose reward function raised (the workflow set ``info["reward_error"]``)."""
+    return sum("reward_error" in e.info for e in experiences)
+
+
 def rollout_metrics(experiences: list[Experience]) -> dict[str, float]:
-    """``rollout/reward/*``, ``rollout/accuracy/*``, ``rollout/response_length/*``, components."""
+    """``rollout/reward/*``, ``rollout/accuracy/*``, ``rollout/response_length/*``,
+    components, ``rollout/reward_errors``."""
     metrics = _stats("rollout/reward", [float(e.reward or 0.0) for e in experiences])
+    metrics["rollout/reward_errors"] = float(reward_errors(experiences))
     metrics.update(_stats("rollout/accuracy", [score(e) for e in experiences]))
     metrics.update(
         _stats("rollout/response_length", [float(e.response_length) for e in experiences])
@@ -59,4 +66,6 @@ def eval_metrics(taskset: str, experiences: list[Experience], k: int) -> dict[st
         e.response_length for e in experiences
     )
     metrics[f"{prefix}/num_tasks"] = float(len(by_task))
+    if reward_errors(experiences):
+        metrics[f"{prefix}/reward_errors"] = float(reward_errors(experiences))
     return metrics

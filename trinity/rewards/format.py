@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 
 from trinity.rewards.registry import REWARD_FNS
+from trinity.rewards.verifier import DEFAULT_TIMEOUT_S
 
 _THINK_ANSWER = re.compile(r"^\s*<think>.*?</think>\s*<answer>.*?</answer>\s*$", re.DOTALL)
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
@@ -44,10 +45,13 @@ def format_reward(response: str, truth: object) -> dict[str, float]:
 
 
 @REWARD_FNS.register("accuracy_reward")
-def accuracy_reward(response: str, truth: object) -> dict[str, float]:
+def accuracy_reward(
+    response: str, truth: object, verify_timeout: float = DEFAULT_TIMEOUT_S
+) -> dict[str, float]:
     """1.0 when the ``<answer>`` (or the whole response) equals the reference.
 
-    Equal means the same normalized text, or the same value by math-verify.
+    Equal means the same normalized text, or the same value by math-verify (at most
+    ``verify_timeout`` seconds, see :mod:`trinity.rewards.verifier`).
     """
     from trinity.rewards.math import equivalent, reference_answer
 
@@ -56,4 +60,4 @@ def accuracy_reward(response: str, truth: object) -> dict[str, float]:
         answer = response.strip()
     if normalize_text(answer) == normalize_text(reference_answer(truth)):
         return {"accuracy": 1.0}
-    return {"accuracy": float(bool(answer) and equivalent(answer, truth))}
+    return {"accuracy": float(bool(answer) and equivalent(answer, truth, verify_timeout))}

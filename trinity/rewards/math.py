@@ -3,6 +3,9 @@
 ``math_reward`` checks the response's final answer against the task's reference answer
 with math-verify, which understands numbers, fractions, LaTeX and ``\\boxed{}``. A
 GSM8K-style reference ("...reasoning... #### 72") is reduced to what follows ``####``.
+math-verify runs in worker processes (:mod:`trinity.rewards.verifier`), so one answer
+takes at most ``verify_timeout`` seconds (a ``reward_fn_args`` key); past it, or when
+math-verify raises, the reward function raises and the workflow counts and logs it.
 
     >>> math_reward("13 + 14 = 27.", "27")
     {'accuracy': 1.0}
@@ -10,14 +13,11 @@ GSM8K-style reference ("...reasoning... #### 72") is reduced to what follows ``#
 
 from __future__ import annotations
 
-import logging
 import re
 
 from trinity.rewards.format import has_think_answer_format
 from trinity.rewards.registry import REWARD_FNS
-
-# without its SIGALRM timeouts math-verify warns on every call; the runner bounds time
-logging.getLogger("math_verify").setLevel(logging.ERROR)
+from trinity.rewards.verifier import DEFAULT_TIMEOUT_S, default_verifier
 
 _GSM8K_ANSWER = re.compile(r"####\s*(.+?)\s*$", re.DOTALL)
 
@@ -58,46 +58,47 @@ def boxed_answer(response: str) -> str | None:
     return None
 
 
-def answers_match(response: str, truth: object) -> bool:
+def answers_match(response: str, truth: object, verify_timeout: float = DEFAULT_TIMEOUT_S) -> bool:
     """True when the final answer stated in ``response`` equals the reference answer."""
-    return equivalent(final_answer(response), truth)
+    return equivalent(final_answer(response), truth, verify_timeout)
 
 
-def equivalent(answer: str | None, truth: object) -> bool:
-    """True when ``answer`` is mathematically equal to the reference (math-verify)."""
-    from math_verify import parse, verify  # heavy import, only when rewards are computed
+def equivalent(
+    answer: str | None, truth: object, verify_timeout: float = DEFAULT_TIMEOUT_S
+) -> bool:
+    """True when ``answer`` is mathematically equal to the reference (math-verify).
 
+    Raises :class:`~trinity.rewards.verifier.VerifyTimeout` past ``verify_timeout``
+    seconds and :class:`~trinity.rewards.verifier.MathVerifyError` when math-verify raises.
+    """
     if answer is None:
         return False
-    # math-verify's own timeouts use SIGALRM, which only works in the main thread;
-    # workflows run in runner threads, whose time is bounded by explorer.max_timeout
-    gold = parse(f"${reference_answer(truth)}$", parsing_timeout=None)
-    predicted = parse(f"${answer}$", parsing_timeout=None)
-    if not gold or not predicted:
-        return False
-    try:
-        return bool(verify(gold, predicted, timeout_seconds=None))
-    except Exception:  # math-verify raises on exotic expressions; that answer is simply wrong
-        return False
+    return default_verifier().equivalent(answer, reference_answer(truth), verify_timeout)
 
 
 @REWARD_FNS.register("math_reward")
-def math_reward(response: str, truth: object) -> dict[str, float]:
+def math_reward(
+    response: str, truth: object, verify_timeout: float = DEFAULT_TIMEOUT_S
+) -> dict[str, float]:
     """1.0 when the response's final answer equals the reference, else 0.0."""
-    return {"accuracy": float(answers_match(response, truth))}
+    return {"accuracy": float(answers_match(response, truth, verify_timeout))}
 
 
 @REWARD_FNS.register("math_format_reward")
-def math_format_reward(response: str, truth: object) -> dict[str, float]:
+def math_format_reward(
+    response: str, truth: object, verify_timeout: float = DEFAULT_TIMEOUT_S
+) -> dict[str, float]:
     """Accuracy plus a format bonus for ``<think>...</think><answer>...</answer>``."""
     fmt = 0.1 if has_think_answer_format(response) else -0.1
-    return {"accuracy": float(answers_match(response, truth)), "format": fmt}
+    return {"accuracy": float(answers_match(response, truth, verify_timeout)), "format": fmt}
 
 
 @REWARD_FNS.register("math_boxed_reward")
-def math_boxed_reward(response: str, truth: object) -> dict[str, float]:
+def math_boxed_reward(
+    response: str, truth: object, verify_timeout: float = DEFAULT_TIMEOUT_S
+) -> dict[str, float]:
     """1.0 when the response's last ``\\boxed{}`` equals the reference, else 0.0.
 
     Unlike ``math_reward`` a bare number does not count: the answer must be boxed.
     """
-    return {"accuracy": float(equivalent(boxed_answer(response), truth))}
+    return {"accuracy": float(equivalent(boxed_answer(response), truth, verify_timeout))}

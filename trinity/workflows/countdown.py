@@ -54,4 +54,4 @@ class CountdownWorkflow(Workflow):
         system = task.format.get("system_prompt")
         if system:
             messages.insert(0, {"role": "system", "content": str(system)})
-        return await sample_and_score(self.model, task, messages, reward_fn, truth)
+        return await sample_and_score(self.model, task, messages, reward_fn, truth, self.logger)

@@ -40,4 +40,6 @@ class MathBoxedWorkflow(Workflow):
         messages = build_messages(task.raw, task.format)
         instruction = str(args.get("instruction", INSTRUCTION))
         messages[-1]["content"] = f"{messages[-1]['content']}\n{instruction}"
-        return await sample_and_score(self.model, task, messages, reward_fn, task.answer)
+        return await sample_and_score(
+            self.model, task, messages, reward_fn, task.answer, self.logger
+        )

@@ -26,4 +26,6 @@ class MathWorkflow(Workflow):
         task = self.task
         reward_fn = task_reward_fn(task, "math_reward")
         messages = build_messages(task.raw, task.format)
-        return await sample_and_score(self.model, task, messages, reward_fn, task.answer)
+        return await sample_and_score(
+            self.model, task, messages, reward_fn, task.answer, self.logger
+        )

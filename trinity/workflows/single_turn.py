@@ -4,11 +4,16 @@
 ``repeat_times`` replies and scores each with a reward function, and ``set_reward``
 stores a reward function's components on an experience: the reward is their sum, and
 each component is kept as the metric ``reward/<name>`` (logged as
-``rollout/reward/<name>/mean``).
+``rollout/reward/<name>/mean``). ``score`` calls a reward function for one experience:
+when it raises (or returns something ``set_reward`` rejects), the experience gets reward
+0 and ``info["reward_error"]`` (counted as ``rollout/reward_errors``), and the traceback
+goes to the workflow's log; the other rollouts are scored as usual.
 """
 
 from __future__ import annotations
 
+import logging
+import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -73,18 +78,42 @@ def set_reward(
     exp.metrics.update({f"reward/{name}": value for name, value in values.items()})
 
 
+def score(
+    exp: Experience,
+    reward_fn: RewardFn,
+    response: str,
+    truth: Any,
+    task: Task,
+    logger: logging.Logger,
+) -> None:
+    """Set ``exp``'s reward to ``reward_fn(response, truth)``; on an error, reward 0,
+    ``exp.info["reward_error"]`` and the traceback in ``logger``'s log."""
+    try:
+        set_reward(exp, reward_fn(response, truth), f"reward function of task {task.index}")
+    except Exception as exc:
+        logger.error(
+            "reward function of task %s of taskset '%s' raised; the rollout gets reward 0:\n%s",
+            task.index,
+            task.taskset,
+            traceback.format_exc(),
+        )
+        exp.reward = 0.0
+        exp.info["reward_error"] = f"{type(exc).__name__}: {exc}"
+
+
 async def sample_and_score(
     model: ModelWrapper,
     task: Task,
     messages: list[dict[str, Any]],
     reward_fn: RewardFn,
     truth: Any,
+    logger: logging.Logger | None = None,
 ) -> list[Experience]:
-    """Sample ``task.repeat_times`` replies to ``messages``; score each with ``reward_fn``."""
+    """Sample ``task.repeat_times`` replies to ``messages``; score each with ``reward_fn``
+    (errors go to ``logger``: pass the workflow's, which writes the runner's log)."""
+    logger = logger or logging.getLogger("trinity.workflows")
     experiences = await model.achat(messages, n=task.repeat_times, **rollout_args(task))
     for run, exp in enumerate(experiences):
-        set_reward(
-            exp, reward_fn(exp.response_text or "", truth), f"reward function of task {task.index}"
-        )
+        score(exp, reward_fn, exp.response_text or "", truth, task, logger)
         exp.eid.run = run
     return experiences

@@ -24,7 +24,7 @@ from trinity.types import Experience
 from trinity.workflows.base import Workflow
 from trinity.workflows.conversation import Conversation
 from trinity.workflows.registry import WORKFLOWS
-from trinity.workflows.single_turn import build_messages, rollout_args, set_reward
+from trinity.workflows.single_turn import build_messages, rollout_args, score
 from trinity.workflows.tools import parse_tool_calls, run_tool_call, tool_specs
 
 TOOL_INSTRUCTIONS = (
@@ -104,9 +104,7 @@ class ToolCallWorkflow(Workflow):
                 break
         exp = conv.to_experience()
         reward_fn = task_reward_fn(self.task, "math_reward")
-        set_reward(
-            exp, reward_fn(answer, self.task.answer), f"reward function of task {self.task.index}"
-        )
+        score(exp, reward_fn, answer, self.task.answer, self.task, self.logger)
         exp.metrics.update(
             {"tool_calls": float(calls), "tool_errors": float(errors), "turns": float(conv.turns)}
         )
