@@ -33,6 +33,9 @@ def _load_plugins(plugin_dirs: list[str]) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from trinity.launch.process_policy import apply_to_driver
+
+    apply_to_driver()  # this process is the run's driver: before torch and Ray are imported
     from trinity.config import ConfigError, dry_run_report, load_config
 
     _load_plugins(args.plugin_dir)

@@ -46,13 +46,11 @@ _SPARE_CALLS = 4
 class EngineActor:
     """A :class:`TransformersEngine` as a Ray actor (a thin wrapper, built in-process by tests).
 
-    ``env_vars`` (``explorer.env_vars``) are set before the engine starts, as in the
-    explorer's runners.
+    Its process starts with ``explorer.env_vars`` (the actor's ``runtime_env``), as the
+    explorer's does.
     """
 
-    def __init__(self, engine_args: dict[str, Any], env_vars: dict[str, str] | None = None) -> None:
-        for key, value in (env_vars or {}).items():
-            os.environ[str(key)] = str(value)
+    def __init__(self, engine_args: dict[str, Any]) -> None:
         # Ray gives zero-CPU actors OMP_NUM_THREADS=1; an engine decodes with every core
         threads = max(1, os.cpu_count() or 1)
         self.engine = TransformersEngine(**engine_args, num_threads=threads)
@@ -364,7 +362,7 @@ def _remote_engine(
             max_concurrency=explorer.runner_per_model + _SPARE_CALLS,
             runtime_env={"env_vars": {str(k): str(v) for k, v in explorer.env_vars.items()}},
         )
-        .remote(engine_args, explorer.env_vars)
+        .remote(engine_args)
     )
     return EngineClient(
         handle, model_dir, engine_args.get("chat_template"), engine_args.get("enable_thinking")

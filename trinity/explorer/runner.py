@@ -169,9 +169,16 @@ class RunnerPool:
         ]
         self.max_timeout = max_timeout
         self.max_retry_times = max_retry_times
-        # runners are threads of this process: the variables reach every workflow
-        for key, value in (env_vars or {}).items():
-            os.environ[str(key)] = str(value)
+        # runners are threads of this process: workflows see explorer.env_vars when the
+        # launcher started the process with them (launch/process_policy.py); the pool
+        # itself leaves os.environ alone and names the ones missing
+        missing = sorted(
+            str(k) for k, v in (env_vars or {}).items() if os.environ.get(str(k)) != str(v)
+        )
+        if missing:
+            logging.getLogger(__name__).warning(
+                "explorer.env_vars %s are not in this process's environment", missing
+            )
         self.slots = [
             _Slot(
                 i,

@@ -103,9 +103,12 @@ def torch_work_overlaps(config: Config) -> bool:
 def connect(ray_address: str | None, namespace: str, overlapping: bool = False) -> str:
     """Initialise Ray in this process; returns "joined" or "started".
 
-    A cluster started here gives its workers libgomp's default wait policy (a thread
-    that finished its share of a parallel op spins briefly before it sleeps), unless
-    ``overlapping`` (:func:`torch_work_overlaps`): then OpenMP threads sleep at once
+    The run's workers get the variables of ``process_policy.worker_env`` through the
+    job's ``runtime_env``, and this process's environment stays as it is (beyond the
+    ``RAY_ADDRESS`` Ray exports and a stale one dropped). A cluster started here gives its
+    workers libgomp's default wait policy (a thread that finished its share of a
+    parallel op spins briefly before it sleeps), unless ``overlapping``
+    (:func:`torch_work_overlaps`): then OpenMP threads sleep at once
     (``OMP_WAIT_POLICY=PASSIVE``), as threads spinning while a sibling is descheduled
     make every torch op wait for the scheduler when several processes share the cores.
     Waking sleeping threads costs each parallel op more than it takes on a small model
@@ -114,9 +117,10 @@ def connect(ray_address: str | None, namespace: str, overlapping: bool = False) 
     """
     import ray
 
+    from trinity.launch import process_policy
+
     if ray.is_initialized():
         return "joined"
-    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     common = {"namespace": namespace, "logging_level": logging.WARNING, "log_to_driver": True}
     address = "" if ray_address in (None, "", "auto") else ray_address
     if not address:
@@ -125,14 +129,20 @@ def connect(ray_address: str | None, namespace: str, overlapping: bool = False) 
         running = running_cluster_address()
         # "auto" (not the address itself) lets Ray pick up the local session's settings
         address = "auto" if running else ""
-    if not address:
-        # Ray lowers its workers' priority by default; the actors are the run's real work
-        os.environ.setdefault("RAY_worker_niceness", "0")
-        if overlapping:
-            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    started_here = not address
+    env = process_policy.worker_env(started_here=started_here, overlapping=overlapping)
+    if env:
+        common["runtime_env"] = {"env_vars": env}
+    if started_here:
         os.environ.pop("RAY_ADDRESS", None)  # else ray.init would look for that cluster
         # "local": a new instance even when a stale /tmp/ray/ray_current_cluster names a dead one
-        ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False, **common)
+        ray.init(
+            address="local",
+            num_cpus=os.cpu_count() or 1,
+            include_dashboard=False,
+            _system_config=process_policy.system_config(),
+            **common,
+        )
         return "started"
     _auth_mode_for(address)
     try:

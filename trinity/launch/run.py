@@ -138,6 +138,7 @@ def run_bench(config: Config) -> dict[str, Any]:
     """
     from trinity.config import to_dict
     from trinity.explorer.bench import Bench
+    from trinity.launch.process_policy import scoped_environment
     from trinity.models.resolve import resolve_model_path
     from trinity.monitor import make_monitor
 
@@ -167,11 +168,14 @@ def run_bench(config: Config) -> dict[str, Any]:
         config_dict=to_dict(config),
     )
     try:
-        bench = Bench(config, job_dir, model_dir, monitor)
-        try:
-            rows = bench.run()
-        finally:
-            bench.close()
+        # the bench's runners are threads of this process: explorer.env_vars are set
+        # here while it runs, and the environment is restored after
+        with scoped_environment(config.explorer.env_vars):
+            bench = Bench(config, job_dir, model_dir, monitor)
+            try:
+                rows = bench.run()
+            finally:
+                bench.close()
     finally:
         monitor.close()
     for step, metrics in rows.items():
@@ -191,6 +195,7 @@ def run_stage(
     from trinity.config.algorithm_defaults import trains_on_dataset
     from trinity.launch.actor_start import deferred_start_errors
     from trinity.launch.cluster import connect, torch_work_overlaps
+    from trinity.launch.process_policy import actor_env
     from trinity.launch.resume import resume_step
     from trinity.launch.roles import ExplorerRole, TrainerRole
     from trinity.launch.trainer_group import start_trainer, write_placement
@@ -255,7 +260,13 @@ def run_stage(
         if mode in ("both", "explore"):
             explorer = (
                 ray.remote(deferred_start_errors(ExplorerRole))
-                .options(num_cpus=EXPLORER_CPUS, max_concurrency=2, name=config.explorer.name)
+                .options(
+                    num_cpus=EXPLORER_CPUS,
+                    max_concurrency=2,
+                    name=config.explorer.name,
+                    # its workflow runners are threads: they see explorer.env_vars here
+                    runtime_env=actor_env(config.explorer.env_vars),
+                )
                 .remote(config, str(job_dir), model_dir, buffer, synchronizer, plugin_dirs)
             )
             actors.append(explorer)

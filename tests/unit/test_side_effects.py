@@ -1,0 +1,150 @@
+"""Importing trinity, or building its classes in one's own program, changes nothing
+process-wide: no environment variable, no transformers module or class, no allocator
+policy. Tuning for a run's processes is applied by ``trinity run`` to the processes it
+starts (``trinity.launch.process_policy``), and checked here in a fresh interpreter."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trinity.launch import process_policy
+
+REPO = Path(__file__).resolve().parents[2]
+
+# argv (optional): a model dir, a scratch dir and the trainer tests' helpers, to build a
+# bf16 Trainer. The environment is compared with what it was once the dependencies were
+# imported (importing transformers' models sets TORCHINDUCTOR_CACHE_DIR, say).
+_PROBE = """
+import importlib, json, os, sys
+from transformers.models.llama import modeling_llama
+env = dict(os.environ)
+
+def transformers_state():
+    classes = {n: c for n, c in vars(modeling_llama).items() if isinstance(c, type)}
+    return (
+        {n: id(v) for n, v in vars(modeling_llama).items()},
+        {n: id(vars(c).get("forward")) for n, c in classes.items()},
+    )
+
+before = transformers_state()
+names = ["trinity", "trinity.algorithm", "trinity.buffer", "trinity.trainer", "trinity.models",
+         "trinity.config", "trinity.launch.run", "trinity.launch.cluster",
+         "trinity.trainer.trainer", "trinity.trainer.fused_layers", "trinity.utils.memory",
+         "trinity.utils.threads", "trinity.explorer.engines", "trinity.explorer.runner",
+         "trinity.monitor.mlflow", "trinity.cli.main"]
+skipped = []
+for name in names:
+    try:
+        importlib.import_module(name)
+    except ImportError as exc:  # an optional stack that is not installed
+        skipped.append(f"{name}: {exc}")
+built = False
+if len(sys.argv) > 1:
+    sys.path.insert(0, sys.argv[3])
+    from trainer_testing import make_config
+    from trinity.trainer.trainer import Trainer
+    from pathlib import Path
+    config = make_config(Path(sys.argv[1]), Path(sys.argv[2]), model={"dtype": "bfloat16"})
+    Trainer(config, model_dir=sys.argv[1], total_steps=1)
+    built = True
+from trinity.utils import memory, threads
+print(json.dumps({
+    "env_added": sorted(set(os.environ) - set(env)),
+    "env_changed": sorted(k for k in env if os.environ.get(k) != env[k]),
+    "transformers_unchanged": transformers_state() == before,
+    "heap_policy": memory.keeps_freed_memory(),
+    "torch_thread": threads._pool is not None,
+    "built_trainer": built,
+    "skipped": skipped,
+}))
+"""
+
+
+# what a run's processes get: the probe starts without them, so it sees any setdefault
+_RUN_VARIABLES = (
+    "THP_MEM_ALLOC_ENABLE",
+    "OMP_WAIT_POLICY",
+    "RAY_DEDUP_LOGS",
+    "RAY_worker_niceness",
+)
+
+
+def _probe(*args: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in _RUN_VARIABLES}
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE, *args], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _assert_untouched(result: dict) -> None:
+    assert result["env_added"] == [] and result["env_changed"] == [], result
+    assert result["transformers_unchanged"], result
+    assert result["heap_policy"] is False
+    assert result["torch_thread"] is False
+
+
+def test_importing_trinity_changes_nothing_process_wide() -> None:
+    result = _probe()
+    assert result["skipped"] == [], result["skipped"]
+    _assert_untouched(result)
+
+
+def test_building_a_trainer_in_ones_own_program_changes_nothing_process_wide(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    helpers = REPO / "tests" / "unit" / "trainer"
+    result = _probe(str(tiny_model_dir), str(tmp_path), str(helpers))
+    assert result["built_trainer"]
+    _assert_untouched(result)
+
+
+def test_the_driver_policy_keeps_what_the_environment_sets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(process_policy.THP, raising=False)
+    monkeypatch.setenv("RAY_DEDUP_LOGS", "1")
+    process_policy.apply_to_driver()
+    assert os.environ[process_policy.THP] == "1"
+    assert os.environ["RAY_DEDUP_LOGS"] == "1"  # the user's choice wins
+
+
+@pytest.mark.parametrize(
+    "started_here, overlapping, environment, expected",
+    [
+        (True, True, {}, {"THP_MEM_ALLOC_ENABLE": "1", "OMP_WAIT_POLICY": "PASSIVE"}),
+        (True, False, {}, {"THP_MEM_ALLOC_ENABLE": "1"}),
+        # a joined cluster keeps the wait policy its own environment gave it
+        (False, True, {}, {"THP_MEM_ALLOC_ENABLE": "1"}),
+        (True, True, {"OMP_WAIT_POLICY": "ACTIVE", "THP_MEM_ALLOC_ENABLE": "0"}, {}),
+    ],
+)
+def test_worker_env_adds_only_what_the_driver_environment_leaves_unset(
+    monkeypatch: pytest.MonkeyPatch,
+    started_here: bool,
+    overlapping: bool,
+    environment: dict[str, str],
+    expected: dict[str, str],
+) -> None:
+    for key in ("OMP_WAIT_POLICY", "THP_MEM_ALLOC_ENABLE"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in environment.items():
+        monkeypatch.setenv(key, value)
+    got = process_policy.worker_env(started_here=started_here, overlapping=overlapping)
+    assert got == expected
+
+
+def test_scoped_environment_restores_what_was_there(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRINITY_TEST_KEPT", "before")
+    monkeypatch.delenv("TRINITY_TEST_NEW", raising=False)
+    with process_policy.scoped_environment({"TRINITY_TEST_KEPT": "x", "TRINITY_TEST_NEW": "y"}):
+        assert os.environ["TRINITY_TEST_KEPT"] == "x" and os.environ["TRINITY_TEST_NEW"] == "y"
+    assert os.environ["TRINITY_TEST_KEPT"] == "before"
+    assert "TRINITY_TEST_NEW" not in os.environ
