@@ -6,6 +6,7 @@ stop it afterwards.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -13,7 +14,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_testing import REPO, free_port, ray_environment, ray_nodes, run_demo, wait_until
+from cli_testing import (
+    REPO,
+    free_port,
+    ray_environment,
+    ray_nodes,
+    run_demo,
+    start_ray_head,
+    wait_until,
+)
 
 
 @pytest.fixture(scope="module")
@@ -27,9 +36,7 @@ def ray_head():
 
     env = ray_environment()
     with ray_nodes(env) as start:
-        head = start(
-            "--head", "--port", str(free_port()), "--num-cpus", "2", "--include-dashboard", "false"
-        )
+        head, _ = start_ray_head(start, "--num-cpus", "2", "--include-dashboard", "false")
         wait_until(lambda: running_cluster_address() is not None, [head], "the Ray head", 120)
         yield env
 
@@ -49,6 +56,35 @@ def test_stale_ray_address_starts_a_local_instance() -> None:
     result = _python(code, env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "started"
+
+
+_WORKER_SETTINGS = """
+import json, os
+import ray
+from trinity.launch.cluster import connect
+print(connect(None, 'trinity-test', overlapping=True))
+
+@ray.remote
+def settings():
+    return [os.environ.get(k) for k in ("THP_MEM_ALLOC_ENABLE", "OMP_WAIT_POLICY")] + [os.nice(0)]
+
+names = ("THP_MEM_ALLOC_ENABLE", "OMP_WAIT_POLICY", "RAY_worker_niceness", "RAY_DEDUP_LOGS")
+print(json.dumps({"worker": ray.get(settings.remote()), "driver": [k for k in names if k in os.environ]}))
+"""
+
+
+@pytest.mark.slow
+def test_a_started_instance_tunes_its_workers_and_leaves_the_driver_environment() -> None:
+    # before the shared head starts: this one starts a local instance
+    skip = ("RAY_ADDRESS", "THP_MEM_ALLOC_ENABLE", "OMP_WAIT_POLICY", "RAY_worker_niceness")
+    env = {k: v for k, v in os.environ.items() if k not in skip and k != "RAY_DEDUP_LOGS"}
+    result = _python(_WORKER_SETTINGS, env)
+    assert result.returncode == 0, result.stderr
+    how, line = result.stdout.strip().splitlines()[-2:]
+    assert how == "started"
+    got = json.loads(line)
+    assert got["worker"] == ["1", "PASSIVE", 0]  # huge pages, sleeping OpenMP, niceness 0
+    assert got["driver"] == []
 
 
 @pytest.mark.slow
