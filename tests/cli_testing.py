@@ -10,15 +10,18 @@ GCS first, and the drain then waits 30 s for a GCS that is gone.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "examples" / "arithmetic" / "grpo.yaml"
@@ -93,6 +96,9 @@ def write_plugin(directory: Path, tag: str) -> Path:
 
 
 def free_port() -> int:
+    """A port nobody listens on right now: for an address meant to lead nowhere. Never
+    one for a server to bind later (another process may take it in between): let the
+    server bind port 0 and say which port it got, as :func:`start_ray_head` does."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -125,13 +131,13 @@ def ray_nodes(env: dict[str, str]) -> Iterator[Callable[..., subprocess.Popen]]:
     own; the nodes started stop in reverse order on exit (the head last)."""
     procs: list[subprocess.Popen] = []
 
-    def start(*args: str) -> subprocess.Popen:
+    def start(*args: str, output: IO[str] | None = None) -> subprocess.Popen:
         command = [RAY, "start", "--block", "--disable-usage-stats", *args]
         procs.append(
             subprocess.Popen(
                 command,
-                env=env,
-                stdout=subprocess.DEVNULL,
+                env={**env, "PYTHONUNBUFFERED": "1"},
+                stdout=output or subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,
             )
@@ -143,6 +149,28 @@ def ray_nodes(env: dict[str, str]) -> Iterator[Callable[..., subprocess.Popen]]:
     finally:
         for proc in reversed(procs):
             stop_ray_node(proc)
+
+
+def start_ray_head(
+    start: Callable[..., subprocess.Popen], *args: str, timeout: float = 120
+) -> tuple[subprocess.Popen, str]:
+    """``ray start --head --port 0 *args`` through ``start`` (of :func:`ray_nodes`): the
+    head's GCS binds a port of its choosing, so no other process can take it between
+    the choice and the bind; returns the head and its address (127.0.0.1:<port>), read
+    from what ``ray start`` prints."""
+    with tempfile.TemporaryFile("w+") as output:
+        head = start("--head", "--port", "0", *args, output=output)
+        deadline = time.monotonic() + timeout
+        while not (match := re.search(r"--address='[^']*:(\d+)'", _read(output))):
+            assert head.poll() is None, f"ray start --head exited: {_read(output)[-2000:]}"
+            assert time.monotonic() < deadline, f"no head address in {timeout:.0f} s"
+            time.sleep(0.5)
+    return head, f"127.0.0.1:{match[1]}"
+
+
+def _read(output: IO[str]) -> str:
+    output.seek(0)
+    return output.read()
 
 
 def port_open(address: str) -> bool:

@@ -45,11 +45,12 @@ def _state(version: int) -> dict[str, torch.Tensor]:
     }
 
 
-def _sender(queue, default_port: int) -> None:
+def _sender(queue) -> None:
     # a process already in a default process group joins a second, independent one
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{default_port}", rank=0, world_size=1
-    )
+    from trinity.trainer import distributed
+
+    default_store, info = distributed.host_rendezvous("127.0.0.1", 1, timeout_s=60)
+    distributed.init_process_group(info, default_store, timeout_s=60)
     store, address = host_store("127.0.0.1", 2, timeout_s=60)
     queue.put(address)
     group = WeightGroup(address, 0, 60, store=store)
@@ -75,17 +76,11 @@ def _receiver(address_queue, out) -> None:
     out.put(None)
 
 
-def _free_port() -> int:
-    from trinity.trainer.distributed import free_port
-
-    return free_port()
-
-
 def test_broadcast_between_two_processes() -> None:
     ctx = mp.get_context("spawn")
     addresses, out = ctx.Queue(), ctx.Queue()
     procs = [
-        ctx.Process(target=_sender, args=(addresses, _free_port())),
+        ctx.Process(target=_sender, args=(addresses,)),
         ctx.Process(target=_receiver, args=(addresses, out)),
     ]
     for p in procs:

@@ -20,14 +20,21 @@ from pathlib import Path
 
 import pytest
 import torch
-from cli_testing import port_open, ray_environment, ray_nodes, run_demo, wait_until
+from cli_testing import (
+    port_open,
+    ray_environment,
+    ray_nodes,
+    run_demo,
+    start_ray_head,
+    wait_until,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "trainer"))
 from trainer_testing import make_config, rollouts  # noqa: E402
 
 from trinity.common.models.utils import load_fsdp_state_dict_from_verl_checkpoint  # noqa: E402
 from trinity.trainer import checkpoint as ckpt  # noqa: E402
-from trinity.trainer.distributed import RankInfo, free_port  # noqa: E402
+from trinity.trainer.distributed import host_rendezvous  # noqa: E402
 from trinity.trainer.trainer import Trainer  # noqa: E402
 
 ray = pytest.importorskip("ray")
@@ -78,7 +85,8 @@ class Ranks:
 
         actor = ray.remote(TrainerRank).options(num_cpus=0.5)
         self.actors = [actor.remote(cfg, str(job_dir), str(model_dir), 10) for _ in range(world)]
-        info = RankInfo(0, world, "127.0.0.1", free_port())
+        # every rank joins as a client of a store this process hosts (on a port it holds)
+        self.store, info = host_rendezvous("127.0.0.1", world, timeout_s=600)
         ray.get([a.setup.remote(replace(info, rank=r)) for r, a in enumerate(self.actors)])
 
     def run(self, method: str, *args):
@@ -177,18 +185,10 @@ def two_nodes():
     """A Ray cluster of two nodes on this machine (a head and one more ``ray start``),
     1 CPU each, token authentication off for the nodes and the client alike."""
     env = ray_environment(RAY_AUTH_MODE="disabled")
-    address = f"127.0.0.1:{free_port()}"
     common = ["--num-cpus", "1"]
     with ray_nodes(env) as start:
-        head = start(
-            "--head",
-            "--port",
-            address.split(":")[1],
-            "--include-dashboard",
-            "false",
-            "--resources",
-            '{"node_a": 1}',
-            *common,
+        head, address = start_ray_head(
+            start, "--include-dashboard", "false", "--resources", '{"node_a": 1}', *common
         )
         wait_until(lambda: port_open(address), [head], "the head's GCS answered", 120)
         second = start("--address", address, "--resources", '{"node_b": 1}', *common)

@@ -135,11 +135,12 @@ def build_rank0(config: Config, workers: Sequence[Any], build) -> TrainerGroup |
         return build(None)
     from trinity.trainer import distributed
 
-    info = distributed.RankInfo(
-        0, 1 + len(workers), ray.util.get_node_ip_address(), distributed.free_port()
-    )
-    setups = [w.setup.remote(replace(info, rank=r)) for r, w in enumerate(workers, start=1)]
-    distributed.init_process_group(info)
+    setups: list[Any] = []
+
+    def start_others(info: RankInfo) -> None:
+        setups.extend(w.setup.remote(replace(info, rank=r)) for r, w in enumerate(workers, start=1))
+
+    info = distributed.start_group(ray.util.get_node_ip_address(), 1 + len(workers), start_others)
     trainer = build(info)
     ray.get(setups)
     return TrainerGroup(trainer, workers)

@@ -44,22 +44,56 @@ def backend() -> str:
     return "nccl" if torch.cuda.is_available() else "gloo"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("", 0))
-        return sock.getsockname()[1]
+def host_rendezvous(
+    host: str, world_size: int, timeout_s: float = 1800
+) -> tuple[dist.TCPStore, RankInfo]:
+    """The group's meeting point, hosted by rank 0: a ``TCPStore`` listening on a port
+    the OS picked (port 0), and rank 0's ``RankInfo`` naming that port for the others.
+
+    The port is bound before anyone hears of it, so no other process can take it between
+    its choice and its use (as it could when a free port was looked up, released and
+    bound again by the store). Pass the store to rank 0's :func:`init_process_group`.
+    """
+    store = dist.TCPStore(
+        host,
+        0,
+        world_size,
+        is_master=True,
+        wait_for_workers=False,  # they learn the port from the RankInfo returned here
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )
+    return store, RankInfo(0, world_size, host, store.port)
 
 
-def init_process_group(info: RankInfo, timeout_s: float = 1800) -> None:
-    """Join the trainer group; returns once all ``world_size`` ranks have joined."""
+def start_group(
+    host: str,
+    world_size: int,
+    start_others: Callable[[RankInfo], None],
+    timeout_s: float = 1800,
+) -> RankInfo:
+    """Rank 0's side of forming the group: host the rendezvous, hand its ``RankInfo``
+    to ``start_others`` (which starts ranks 1..N-1 with it, without waiting for them),
+    then join; returns once every rank has joined."""
+    store, info = host_rendezvous(host, world_size, timeout_s)
+    start_others(info)
+    init_process_group(info, store, timeout_s)
+    return info
+
+
+def init_process_group(
+    info: RankInfo, store: dist.Store | None = None, timeout_s: float = 1800
+) -> None:
+    """Join the trainer group at ``info``'s rendezvous; returns once all ``world_size``
+    ranks have joined. Rank 0 passes the store of :func:`host_rendezvous`."""
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if store is None:
+        store = dist.TCPStore(
+            info.master_addr, info.master_port, info.world_size, is_master=False, timeout=timeout
+        )
     dist.init_process_group(
-        backend(),
-        init_method=f"tcp://{info.master_addr}:{info.master_port}",
-        rank=info.rank,
-        world_size=info.world_size,
-        timeout=datetime.timedelta(seconds=timeout_s),
+        backend(), store=store, rank=info.rank, world_size=info.world_size, timeout=timeout
     )
 
 

@@ -182,7 +182,10 @@ def test_ranks_agree_on_the_number_of_packed_micro_batches(tmp_path: Path) -> No
 
     import torch.multiprocessing as mp
 
-    mp.spawn(_rank_micro_batches, args=(distributed.free_port(), str(tmp_path)), nprocs=2)
+    # the ranks meet at a store this process hosts, on a port it already holds
+    store, info = distributed.host_rendezvous("127.0.0.1", 2, timeout_s=60)
+    mp.spawn(_rank_micro_batches, args=(info.master_port, str(tmp_path)), nprocs=2)
+    del store
     rank0, rank1 = (json.loads((tmp_path / f"rank_{r}.json").read_text()) for r in (0, 1))
     # rank 0 holds 4 + 6 + 10 and 6 tokens: two runs; rank 1's 7 + 10 + 5 fit in one
     assert rank0["packed"] == [[20, False], [6, False]]

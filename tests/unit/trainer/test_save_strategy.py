@@ -45,7 +45,10 @@ def _rank_writes(rank: int, port: int, out: str) -> None:
 def test_single_process_writes_do_not_overlap(tmp_path: Path) -> None:
     import torch.multiprocessing as mp
 
-    mp.spawn(_rank_writes, args=(distributed.free_port(), str(tmp_path)), nprocs=2)
+    # the ranks meet at a store this process hosts, on a port it already holds
+    store, info = distributed.host_rendezvous("127.0.0.1", 2, timeout_s=60)
+    mp.spawn(_rank_writes, args=(info.master_port, str(tmp_path)), nprocs=2)
+    del store
     rank0, rank1 = (json.loads((tmp_path / f"rank_{r}.json").read_text()) for r in (0, 1))
     one = rank0["single_process"], rank1["single_process"]
     assert [r["turn"] for r in one] == [0, 1] and one[0]["turns"] == 2
