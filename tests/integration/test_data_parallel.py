@@ -19,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import ray
 import torch
 from cli_testing import (
     port_open,
@@ -36,8 +37,6 @@ from trinity.common.models.utils import load_fsdp_state_dict_from_verl_checkpoin
 from trinity.trainer import checkpoint as ckpt  # noqa: E402
 from trinity.trainer.distributed import host_rendezvous  # noqa: E402
 from trinity.trainer.trainer import Trainer  # noqa: E402
-
-ray = pytest.importorskip("ray")
 
 
 @pytest.fixture(scope="module")

@@ -41,25 +41,44 @@ def test_defaults_survive_the_strict_conversion() -> None:
     assert config_from_dict(to_dict(Config())) == Config()
 
 
-def test_table_agrees_with_the_algorithm_types() -> None:
-    try:
-        import trinity.algorithm  # noqa: F401
-        from trinity.algorithm.registries import ALGORITHM_TYPE
-    except ImportError:
-        pytest.skip("algorithm types are not available")
-    for name, row in ALGORITHM_DEFAULTS.items():
-        if name not in ALGORITHM_TYPE:
-            continue
-        theirs = ALGORITHM_TYPE.get(name)
-        assert row.policy_loss_fn == theirs.policy_loss_fn, name
-        assert row.advantage_fn == (theirs.advantage_fn or "none"), name
-        assert (row.kl_loss_fn, row.kl_penalty_fn) == (theirs.kl_loss_fn, theirs.kl_penalty_fn), (
-            name
+# (use_reference, min_repeat_times, repeat_times, use_rollout), written out by hand:
+# a reference model runs for a KL part or for DPO; group advantages need 2 rollouts a task
+EXPECTED_FLAGS = {
+    "sft": (False, 1, None, False),  # no KL part, trains on a dataset
+    "ppo": (True, 1, None, True),  # k2 KL loss; GAE needs no group
+    "grpo": (True, 2, None, True),
+    "dpo": (True, 1, 2, False),  # no KL part, but the loss compares with the reference
+    "gspo": (False, 2, None, True),  # both KL parts are none
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_FLAGS))
+def test_algorithm_type_records_derive_their_flags(name: str) -> None:
+    from trinity.algorithm.registries import ALGORITHM_TYPE
+
+    record = ALGORITHM_TYPE.get(name)
+    flags = (record.use_reference, record.min_repeat_times, record.repeat_times, record.use_rollout)
+    assert flags == EXPECTED_FLAGS[name]
+    # the table's "none" is the record's None: the loss needs no advantages
+    expected_advantage = {"sft": None, "dpo": None, "ppo": "ppo", "grpo": "grpo", "gspo": "grpo"}
+    assert record.advantage_fn == expected_advantage[name]
+
+
+def test_every_part_the_table_names_is_registered() -> None:
+    from trinity.algorithm import registries
+    from trinity.config.algorithm_defaults import NONE, PART_KINDS, PART_NAMES
+
+    by_kind = {
+        registry.kind: registry
+        for registry in (
+            registries.ADVANTAGE_FN,
+            registries.POLICY_LOSS_FN,
+            registries.KL_FN,
+            registries.ENTROPY_LOSS_FN,
+            registries.SAMPLE_STRATEGY,
         )
-        assert (row.entropy_loss_fn, row.sample_strategy) == (
-            theirs.entropy_loss_fn,
-            theirs.sample_strategy,
-        ), name
-        assert row.use_critic == theirs.use_critic, name
-        assert row.needs_group == (theirs.min_repeat_times > 1), name
-        assert row.fixed_repeat_times == theirs.repeat_times, name
+    }
+    for name, row in ALGORITHM_DEFAULTS.items():
+        for part in PART_NAMES:
+            value = getattr(row, part)
+            assert value == NONE or value in by_kind[PART_KINDS[part]], f"{name}.{part}={value}"

@@ -1,7 +1,7 @@
-import importlib.util
 import json
 import logging
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -118,9 +118,11 @@ def test_unknown_type_and_role_fail_with_the_valid_choices(tmp_path):
 
 
 @pytest.mark.parametrize("library", ["wandb", "mlflow"])
-def test_missing_optional_library_names_the_install_command(tmp_path, library):
-    if importlib.util.find_spec(library) is not None:
-        pytest.skip(f"{library} is installed")
+def test_missing_optional_library_names_the_install_command(tmp_path, monkeypatch, library):
+    # the test extra installs both: make their imports fail as if they were not installed
+    # (a None entry in sys.modules, for the package and any submodule imported already)
+    for name in [n for n in sys.modules if n.startswith(library + ".")] + [library]:
+        monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(ImportError, match=f"pip install {library}"):
         build(tmp_path, monitor_type=library)
 
