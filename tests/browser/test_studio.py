@@ -4,9 +4,10 @@ The Studio runs as a real server on a free local port; the test fills the beginn
 form, generates the YAML, runs ``trinity run --dry-run`` on it, then enters an invalid
 combination and looks for the warning. Screenshots go to ``test-artifacts/studio/``.
 
-Needs ``/usr/bin/chromium`` (``scripts/ci_browser.sh`` installs it) and the Python
-packages ``playwright`` and ``streamlit``; Playwright's own browser download is never
-used. Skipped with the reason when any of them is missing.
+Needs ``/usr/bin/chromium`` (``bash scripts/ci_browser.sh``, as root, installs it) and
+the Python packages ``playwright`` and ``streamlit`` (the ``test`` extra); Playwright's
+own browser download is never used. Skipped, with the command that installs what is
+missing, when any of them is absent.
 """
 
 from __future__ import annotations
@@ -43,16 +44,17 @@ TIMEOUT_MS = 60_000  # one Streamlit rerun validates the config; slow on a busy 
 
 
 def _missing() -> str | None:
+    """Why the browser tests cannot run here, with the command that fixes it; None if they can."""
     if not CHROMIUM.exists():
-        return f"Debian chromium is not installed at {CHROMIUM} (run scripts/ci_browser.sh)"
-    if importlib.util.find_spec("playwright") is None:
-        return "the playwright package is not installed (pip install playwright; no browser download needed)"
-    if importlib.util.find_spec("streamlit") is None:
-        return "streamlit is not installed (pip install 'trinity-rft[studio]')"
+        return f"Debian's chromium is not installed at {CHROMIUM}; run as root: bash scripts/ci_browser.sh"
+    for package in ("playwright", "streamlit"):
+        if importlib.util.find_spec(package) is None:
+            return f"the {package} package is not installed; run: pip install -e '.[test]'"
     return None
 
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(_missing() is not None, reason=str(_missing()))]
+MISSING = _missing()
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(MISSING is not None, reason=str(MISSING))]
 
 
 def _free_port() -> int:
