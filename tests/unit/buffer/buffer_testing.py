@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import pytest
+import postgres_server
 import torch
 from hypothesis import strategies as st
 
@@ -129,15 +129,18 @@ def _raw(t: torch.Tensor) -> bytes:
 POSTGRES_ENV = "TRINITY_TEST_POSTGRES_URL"
 
 
-def postgres_base_url() -> str:
-    """The server URL from the environment, or skip: ``eval "$(scripts/ci_postgres.sh)"`` sets it."""
+def postgres_server_url() -> Iterator[str]:
+    """$TRINITY_TEST_POSTGRES_URL when set, else a server of this process's own (see
+    ``postgres_server``), stopped when the caller's generator is closed."""
     url = os.environ.get(POSTGRES_ENV)
-    if not url:
-        pytest.skip(
-            f'{POSTGRES_ENV} is not set; run `eval "$(scripts/ci_postgres.sh)"` to start a '
-            "local PostgreSQL server for these tests"
-        )
-    return url
+    if url:
+        yield url
+        return
+    url = postgres_server.acquire()
+    try:
+        yield url
+    finally:
+        postgres_server.release()
 
 
 @contextlib.contextmanager

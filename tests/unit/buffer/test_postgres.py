@@ -1,7 +1,7 @@
 """SQLExperienceStorage on a real PostgreSQL server.
 
-Skipped unless TRINITY_TEST_POSTGRES_URL names a server: ``eval "$(scripts/ci_postgres.sh)"``
-starts one. Each test gets a database of its own.
+The server is TRINITY_TEST_POSTGRES_URL's when it is set, else one the session starts
+from the `pgserver` wheel (``postgres_server.py``). Each test gets a database of its own.
 """
 
 from __future__ import annotations
