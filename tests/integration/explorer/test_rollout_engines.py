@@ -1,7 +1,8 @@
 """engine_num 2 on a real local Ray: engine 0 in this process, engine 1 in an actor.
 
 Runners are spread over both engines, both serve requests, ``explorer.env_vars`` reach
-the runners and the engine actor, and a weight update lands in every engine, from tensors and from the node's
+the engine actor's process and not this one (an Explorer built in one's own program
+leaves its environment alone; the launcher starts the explorer's actor with them), and a weight update lands in every engine, from tensors and from the node's
 shared-memory slot (the remote engine then scores tokens exactly as the local one does).
 """
 
@@ -17,6 +18,7 @@ from behaviour_workflow import behaviour_config, write_tasks
 
 from trinity.explorer.engines import EngineClient
 from trinity.explorer.explorer import Explorer
+from trinity.launch.process_policy import actor_env
 from trinity.sync.weight_slot import SlotReader, SlotState, SlotWriter
 
 pytestmark = pytest.mark.slow  # starts a local Ray instance and an engine actor
@@ -54,10 +56,23 @@ def test_two_engines_share_the_work_and_the_weights(
 
         experiences, metrics = explorer.explore_step(1)
         assert metrics["rollout/failed_tasks"] == 0 and len(experiences) == 16
-        assert {e.info["env"] for e in experiences} == {"from-config"}
+        assert {e.info["env"] for e in experiences} == {None}
+        assert "TRINITY_TEST_ENV" not in os.environ
         info = remote.info()
         assert info["pid"] != os.getpid()
         assert info["env"]["TRINITY_TEST_ENV"] == "from-config"
+
+        # the explorer's actor is started as trinity run starts it (launch/run.py)
+        class _Environment:  # defined here: the worker cannot import this test module
+            def get(self, key: str) -> str | None:
+                return os.environ.get(key)
+
+        runner_process = (
+            ray.remote(_Environment)
+            .options(runtime_env=actor_env(config.explorer.env_vars))
+            .remote()
+        )
+        assert ray.get(runner_process.get.remote("TRINITY_TEST_ENV")) == "from-config"
         assert local.num_batches > 0 and info["num_batches"] > 0
 
         # a new policy version reaches both engines
