@@ -16,7 +16,8 @@ from trinity import kernels
 from trinity.trainer import fused_layers
 from trinity.trainer.fused_layers import fuse_layers
 
-pytestmark = pytest.mark.skipif(kernels.load() is None, reason="no C compiler: no kernels")
+# the tests of the fused path; the plain path (load() returning None) runs everywhere
+needs_kernels = pytest.mark.skipif(kernels.load() is None, reason="kernels not built (or off)")
 
 
 @pytest.fixture(autouse=True)
@@ -73,6 +74,7 @@ def _inputs():
     return ids, torch.randn(3, 17, 300, generator=gen)
 
 
+@needs_kernels
 def test_fused_modules_give_the_bf16_forward_and_gradients_within_its_rounding() -> None:
     plain = _model(torch.bfloat16)
     fused = copy.deepcopy(plain)
@@ -100,6 +102,7 @@ def test_fused_modules_give_the_bf16_forward_and_gradients_within_its_rounding()
         )
 
 
+@needs_kernels
 def test_fused_forward_is_the_modules_own_outside_bf16() -> None:
     plain = _model(torch.float32)
     fused = copy.deepcopy(plain)
@@ -112,6 +115,7 @@ def test_fused_forward_is_the_modules_own_outside_bf16() -> None:
         assert torch.equal(fused_grads[name], grad), name
 
 
+@needs_kernels
 def test_fused_modules_survive_a_deepcopy_and_a_state_dict_round_trip() -> None:
     fused = _model(torch.bfloat16)
     fuse_layers(fused)
@@ -130,8 +134,14 @@ def test_fused_modules_survive_a_deepcopy_and_a_state_dict_round_trip() -> None:
 def test_without_kernels_nothing_changes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fused_layers.kernels, "load", lambda: None)
     model = _model(torch.bfloat16)
+    twin = copy.deepcopy(model)
     assert fuse_layers(model) == 0
     assert all("forward" not in vars(module) for module in model.modules())
+    assert not hasattr(modeling_llama.apply_rotary_pos_emb, "fused_original")
+    ids, weights = _inputs()  # the modules' own bf16 arithmetic, so the same bits
+    got, want = _loss_and_grads(model, ids, weights), _loss_and_grads(twin, ids, weights)
+    assert torch.equal(got[0], want[0])
+    assert all(torch.equal(got[1][name], grad) for name, grad in want[1].items())
 
 
 def _count_rotary_kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -141,6 +151,7 @@ def _count_rotary_kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
+@needs_kernels
 def test_fused_rotary_gives_the_bf16_model_its_own_logits_and_gradients_bit_for_bit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
