@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from pathlib import Path
@@ -43,6 +44,25 @@ def start(target, *args) -> tuple[threading.Thread, dict]:
     return thread, box
 
 
+def wait_until_blocked(thread: threading.Thread) -> None:
+    """Return once ``thread`` sleeps on a condition (a get or put that waits); fail if it
+    finishes instead, or is still running after 5 s.
+
+    Sleeping a while and checking ``is_alive`` cannot tell a thread that waits from one
+    that has not run yet; its stack can.
+    """
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        frame = sys._current_frames().get(thread.ident)
+        while frame is not None:
+            if frame.f_code is threading.Condition.wait.__code__:
+                return
+            frame = frame.f_back
+        assert thread.is_alive(), "the call returned instead of waiting"
+        time.sleep(0.001)
+    pytest.fail("the call neither waited nor returned within 5 s")
+
+
 def test_fifo_order() -> None:
     q = ExperienceQueue(capacity=10)
     q.put([exp(0), exp(1), exp(2)])
@@ -64,10 +84,9 @@ def test_timeout_returns_an_incomplete_batch() -> None:
 
 def test_get_waits_for_the_full_batch() -> None:
     q = ExperienceQueue()
-    thread, box = start(q.get, 4)
     q.put([exp(0), exp(1)])
-    time.sleep(0.1)
-    assert thread.is_alive()  # 2 of 4 are there: still waiting
+    thread, box = start(q.get, 4)
+    wait_until_blocked(thread)  # 2 of 4 are there: it waits
     q.put([exp(2), exp(3), exp(4)])
     thread.join(5)
     assert tasks(box["result"]) == [0, 1, 2, 3]
@@ -78,11 +97,11 @@ def test_put_blocks_while_full() -> None:
     q = ExperienceQueue(capacity=4)
     q.put([exp(i) for i in range(4)])
     thread, box = start(q.put, [exp(4), exp(5)])
-    time.sleep(0.2)
-    assert thread.is_alive() and q.qsize() == 4
+    wait_until_blocked(thread)
+    assert q.qsize() == 4
     assert tasks(q.get(1)) == [0]
-    time.sleep(0.1)
-    assert thread.is_alive()  # one free slot is not room for a batch of two
+    wait_until_blocked(thread)
+    assert q.qsize() == 3  # one free slot is not room for a batch of two
     assert tasks(q.get(1)) == [1]
     thread.join(5)
     assert not thread.is_alive() and "error" not in box
@@ -103,7 +122,7 @@ def test_close_wakes_readers_with_what_is_left() -> None:
     q = ExperienceQueue()
     q.put([exp(0)])
     thread, box = start(q.get, 5)
-    time.sleep(0.1)
+    wait_until_blocked(thread)
     q.close()
     thread.join(5)
     assert tasks(box["result"]) == [0]
@@ -117,7 +136,7 @@ def test_close_wakes_blocked_writers() -> None:
     q = ExperienceQueue(capacity=1)
     q.put([exp(0)])
     thread, box = start(q.put, [exp(1)])
-    time.sleep(0.1)
+    wait_until_blocked(thread)
     q.close()
     thread.join(5)
     assert isinstance(box["error"], QueueClosed)
