@@ -57,13 +57,17 @@ class _Worker:
             [sys.executable, "-c", loader],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            bufsize=0,
         )
-        self._read(STARTUP_TIMEOUT_S, "starting math-verify worker")
+        try:
+            self._read(STARTUP_TIMEOUT_S, "starting math-verify worker")
+        except BaseException:
+            self.kill()
+            raise
 
     def ask(self, answer: str, reference: str, timeout_s: float) -> bool:
         request = json.dumps({"answer": answer, "reference": reference}) + "\n"
         self.process.stdin.write(request.encode())
+        self.process.stdin.flush()
         reply = self._read(timeout_s, f"verifying answer {_short(answer)} against {reference!r}")
         if "error" in reply:
             raise MathVerifyError(
@@ -78,6 +82,7 @@ class _Worker:
         line = b""
         while not line.endswith(b"\n"):
             left = deadline - time.monotonic()
+            # stdout is read at the descriptor (never through its buffer), one reply at a time
             ready, _, _ = select.select([stdout], [], [], max(left, 0))
             if not ready:
                 raise VerifyTimeout(f"math-verify took longer than {timeout_s:g}s {doing}")
@@ -169,18 +174,35 @@ def serve() -> None:
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # "timeout disabled" warnings
     from math_verify import parse, verify
 
+    def equal(answer: str, reference: str) -> bool:
+        gold = parse(f"${reference}$", parsing_timeout=None, raise_on_error=True)
+        predicted = parse(f"${answer}$", parsing_timeout=None, raise_on_error=True)
+        return bool(gold and predicted) and bool(
+            verify(gold, predicted, timeout_seconds=None, raise_on_error=True)
+        )
+
+    # math-verify's first calls build its parsers (up to a second each): done before
+    # "ready", so they never count against a call's timeout
+    for answer, reference in _WARM_UP:
+        equal(answer, reference)
     out.write(b'{"ready": true}\n')
     out.flush()
     for line in sys.stdin.buffer:
         request = json.loads(line)
         try:
-            gold = parse(f"${request['reference']}$", parsing_timeout=None, raise_on_error=True)
-            predicted = parse(f"${request['answer']}$", parsing_timeout=None, raise_on_error=True)
-            equal = bool(gold and predicted) and verify(
-                gold, predicted, timeout_seconds=None, raise_on_error=True
-            )
-            reply = {"equal": bool(equal)}
+            reply = {"equal": equal(request["answer"], request["reference"])}
         except Exception:
             reply = {"error": traceback.format_exc()}
         out.write(json.dumps(reply).encode() + b"\n")
         out.flush()
+
+
+_WARM_UP = [  # (answer, reference): numbers, LaTeX, expressions, text, intervals
+    ("27", "27"),
+    ("\\frac{1}{2}", "0.5"),
+    ("x + 1", "1 + x"),
+    ("\\sqrt{2}", "1.41421356"),
+    ("hello world", "3"),
+    ("(1, 2]", "(1, 2]"),
+    ("x = 3", "3"),
+]
