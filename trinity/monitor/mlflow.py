@@ -3,7 +3,10 @@
 Runs ``<name>_explorer`` and ``<name>_trainer`` are created in the experiment named
 ``<project>``. ``monitor_args``: ``uri`` (else MLFLOW_TRACKING_URI, else
 ``http://localhost:5000``); ``username`` and ``password`` override
-MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD. The config is stored as the
+MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD. MLflow's client takes no
+credentials, only those variables: the monitor sets them while its own calls run and
+restores the environment after, so the process (and what it starts) keeps none of
+them. The config is stored as the
 artifact ``config.json``. Characters MLflow rejects in metric names (such as ``@`` in
 ``mean@4``) become ``_``.
 
@@ -15,10 +18,12 @@ tracking server (``http://...``) chooses its own artifact store.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -31,6 +36,29 @@ BATCH_LIMIT = 1000  # metrics per log_batch request accepted by the tracking ser
 _INVALID_KEY_CHARS = re.compile(r"[^\w\-. /:]")
 _DATABASE_SCHEMES = {"sqlite", "postgresql", "mysql", "mssql"}
 ARTIFACTS_DIR = "mlflow_artifacts"
+
+
+_CREDENTIALS = (("username", "MLFLOW_TRACKING_USERNAME"), ("password", "MLFLOW_TRACKING_PASSWORD"))
+_environment_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """``values`` in the environment for the duration of the block, then as it was."""
+    if not values:
+        yield
+        return
+    with _environment_lock:
+        saved = {key: os.environ.get(key) for key in values}
+        os.environ.update(values)
+        try:
+            yield
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
 
 
 def mlflow_key(key: str) -> str:
@@ -55,29 +83,26 @@ class MlflowMonitor(Monitor):
                 "monitor.monitor_type 'mlflow' needs the mlflow package: run `pip install mlflow`, "
                 "or choose monitor.monitor_type: tensorboard"
             ) from exc
-        # MLflow reads credentials only from the environment.
-        for arg, env in (
-            ("username", "MLFLOW_TRACKING_USERNAME"),
-            ("password", "MLFLOW_TRACKING_PASSWORD"),
-        ):
-            if monitor_args.get(arg):
-                os.environ[env] = str(monitor_args[arg])
+        self._credentials = {
+            env: str(monitor_args[arg]) for arg, env in _CREDENTIALS if monitor_args.get(arg)
+        }
         uri = monitor_args.get("uri") or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
         self._metric = Metric
-        self.client = MlflowClient(tracking_uri=str(uri))
-        experiment = self.client.get_experiment_by_name(run.project)
-        if experiment is not None:
-            experiment_id = experiment.experiment_id
-        else:
-            experiment_id = self.client.create_experiment(
-                run.project, artifact_location=artifact_location(str(uri), run)
+        with _environment(self._credentials):
+            self.client = MlflowClient(tracking_uri=str(uri))
+            experiment = self.client.get_experiment_by_name(run.project)
+            if experiment is not None:
+                experiment_id = experiment.experiment_id
+            else:
+                experiment_id = self.client.create_experiment(
+                    run.project, artifact_location=artifact_location(str(uri), run)
+                )
+            created = self.client.create_run(
+                experiment_id, run_name=run.run_name, tags={"trinity.role": run.role}
             )
-        created = self.client.create_run(
-            experiment_id, run_name=run.run_name, tags={"trinity.role": run.role}
-        )
-        self.run_id = created.info.run_id
-        if run.config_dict:
-            self.client.log_dict(self.run_id, dict(run.config_dict), "config.json")
+            self.run_id = created.info.run_id
+            if run.config_dict:
+                self.client.log_dict(self.run_id, dict(run.config_dict), "config.json")
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         timestamp = int(time.time() * 1000)
@@ -85,8 +110,10 @@ class MlflowMonitor(Monitor):
             self._metric(key=mlflow_key(key), value=value, timestamp=timestamp, step=int(step))
             for key, value in metrics.items()
         ]
-        for start in range(0, len(batch), BATCH_LIMIT):
-            self.client.log_batch(self.run_id, metrics=batch[start : start + BATCH_LIMIT])
+        with _environment(self._credentials):
+            for start in range(0, len(batch), BATCH_LIMIT):
+                self.client.log_batch(self.run_id, metrics=batch[start : start + BATCH_LIMIT])
 
     def close(self) -> None:
-        self.client.set_terminated(self.run_id)
+        with _environment(self._credentials):
+            self.client.set_terminated(self.run_id)
