@@ -96,6 +96,29 @@ def test_default_chunks_fit_in_cache_and_equal_one_chunk():
         torch.testing.assert_close(chunked, whole, atol=0, rtol=0)
 
 
+def test_bf16_logits_take_the_pytorch_path_without_the_kernels(monkeypatch):
+    """The plain path (kernels.load() returning None) for the logits the kernel would
+    take (bf16, default chunking): PyTorch's chunked log-softmax, as the naive one."""
+    from trinity import kernels
+    from trinity.algorithm import utils
+
+    monkeypatch.setattr(kernels, "load", lambda: None)
+    monkeypatch.setattr(utils._KernelLogprobs, "apply", lambda *a: pytest.fail("kernel ran"))
+    gen = torch.Generator().manual_seed(0)
+    logits = (3 * torch.randn(2, 5, 11, generator=gen)).bfloat16()
+    labels = torch.randint(0, 11, (2, 5), generator=gen)
+    weights = torch.randn(2, 5, generator=gen)
+    ours = logits.clone().requires_grad_(True)
+    lp, ent = logprobs_and_entropy(ours, labels, 0.7)
+    (lp * weights).sum().backward()
+    ref = logits.clone().requires_grad_(True)
+    lp_ref, ent_ref = naive(ref, labels, 0.7)
+    (lp_ref * weights).sum().backward()
+    torch.testing.assert_close(lp, lp_ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ent, ent_ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ours.grad.float(), ref.grad.float(), atol=1e-2, rtol=1e-2)
+
+
 def test_backward_does_not_modify_the_logits():
     logits = torch.randn(1, 4, 7, requires_grad=True)
     before = logits.detach().clone()
