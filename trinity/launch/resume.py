@@ -39,6 +39,8 @@ def resume_step(config: Config, job_dir: Path) -> int:
     if config.mode == "explore":
         meta = ckpt.read_json(Path(job_dir) / EXPLORER_META) or {}
         return int(meta.get("latest_iteration", 0))
+    if Path(job_dir).is_dir():  # this run's trainer is the job's only writer, not started yet
+        ckpt.restore_replaced(job_dir)
     return ckpt.read_latest(job_dir) or 0
 
 

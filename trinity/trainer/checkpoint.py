@@ -12,17 +12,28 @@
       latest_state_dict_iteration.txt         newest weights-only save (checkpoint sync)
       trainer_meta.json, explorer_meta.json
 
-A checkpoint is first written to a temporary sibling directory and renamed into place;
-the "latest" pointers are replaced atomically after that. A crash mid-save leaves the
-previous checkpoint and pointers untouched.
+Commit. A step is written into a temporary sibling ``.global_step_<N>.<random>/``, its
+files and directories are fsynced, and only then is it renamed to ``global_step_<N>``
+(:func:`replace_dir`). When ``global_step_<N>`` exists already (a weights-only save of the
+same step, the critic written just before, a step an interrupted run left behind), the
+new directory takes over the old one's other entries (hard links) and the two are
+swapped in one ``renameat2(RENAME_EXCHANGE)``; where that call is missing (not Linux,
+some network file systems) the old directory is moved aside to
+``.global_step_<N>.replaced`` only after the new one is complete, and the next save puts
+it back if a crash came in between. The "latest" pointers move after the rename, each
+written to a temporary file, fsynced and renamed over the old one. A crash (even
+SIGKILL, or power loss) at any point leaves every pointer naming a complete directory.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +44,8 @@ if TYPE_CHECKING:
 LATEST_CHECKPOINT = "latest_checkpointed_iteration.txt"
 LATEST_STATE_DICT = "latest_state_dict_iteration.txt"
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
+_REPLACED = ".replaced"  # suffix of a step moved aside while its successor takes its place
+_RENAME_EXCHANGE = 2  # linux/fs.h
 
 
 def step_dir(job_dir: Path, step: int) -> Path:
@@ -44,14 +57,100 @@ def shard_name(kind: str, world_size: int, rank: int) -> str:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` by ``text``: a temporary file, fsynced, renamed over it, and the
+    directory fsynced (so the rename itself survives a power loss)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(root: Path) -> None:
+    """Every file and directory under ``root`` (and ``root``) on disk."""
+    for directory, _, files in os.walk(root, topdown=False):
+        for name in files:
+            fd = os.open(os.path.join(directory, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(Path(directory))
+
+
+def replace_dir(new: Path, final: Path) -> None:
+    """Make the directory ``new`` appear at ``final`` at once: fsync ``new``, rename it
+    into place and fsync the parent. An existing ``final`` is swapped out atomically
+    (``RENAME_EXCHANGE``) or, where that is missing, moved aside only now that ``new`` is
+    complete (``restore_replaced`` undoes a crash in between); then it is deleted."""
+    new, final = Path(new), Path(final)
+    fsync_tree(new)
+    if not final.exists():
+        os.rename(new, final)
+    elif _exchange(new, final):  # ``new`` now holds the old directory
+        fsync_dir(final.parent)
+        shutil.rmtree(new)
+    else:
+        aside = final.with_name(f".{final.name}{_REPLACED}")
+        shutil.rmtree(aside, ignore_errors=True)
+        os.rename(final, aside)
+        os.rename(new, final)
+        fsync_dir(final.parent)
+        shutil.rmtree(aside)
+    fsync_dir(final.parent)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two directory entries atomically (Linux ``renameat2``); False where the
+    system or the file system cannot."""
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:  # glibc < 2.28, musl
+        return False
+    at_fdcwd = -100
+    done = renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE)
+    if done == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, f"cannot swap {a} and {b}: {os.strerror(code)}")
+
+
+def restore_replaced(job_dir: Path) -> list[int]:
+    """Undo a crash between moving a step aside and renaming its successor into place
+    (:func:`replace_dir` without ``RENAME_EXCHANGE``), and delete what interrupted saves
+    and deletions left behind. Run by the job's one writer before it saves."""
+    job_dir = Path(job_dir)
+    restored = []
+    for path in job_dir.glob(".global_step_*"):
+        match = re.fullmatch(rf"\.(global_step_(\d+)){re.escape(_REPLACED)}", path.name)
+        if match and not (job_dir / match[1]).exists():
+            os.rename(path, job_dir / match[1])
+            restored.append(int(match[2]))
+        elif path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+    if restored:
+        fsync_dir(job_dir)
+    return restored
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -105,6 +204,7 @@ def begin_checkpoint(job_dir: Path, step: int) -> Path:
     """A fresh temporary sibling of ``global_step_<step>`` that the ranks write into."""
     job_dir = Path(job_dir)
     job_dir.mkdir(parents=True, exist_ok=True)
+    restore_replaced(job_dir)
     staging = Path(tempfile.mkdtemp(dir=job_dir, prefix=f".global_step_{step}."))
     (staging / "actor").mkdir()
     return staging
@@ -122,11 +222,18 @@ def write_rank_shards(
     import torch  # here: the driver reads this module's pointers and never imports torch
 
     actor = Path(staging) / "actor"
-    torch.save(model_state, actor / shard_name("model", world_size, rank))
-    if optim_state is not None:
-        torch.save(optim_state, actor / shard_name("optim", world_size, rank))
-    if extra_state is not None:
-        torch.save(extra_state, actor / shard_name("extra_state", world_size, rank))
+    for kind, state in (
+        ("model", model_state),
+        ("optim", optim_state),
+        ("extra_state", extra_state),
+    ):
+        if state is not None:
+            # fsynced by the rank that wrote it (rank 0 may see another node's file
+            # system through a network mount)
+            with open(actor / shard_name(kind, world_size, rank), "wb") as f:
+                torch.save(state, f)
+                f.flush()
+                os.fsync(f.fileno())
 
 
 def commit_checkpoint(
@@ -138,9 +245,14 @@ def commit_checkpoint(
     hf_save: Any | None = None,
     pointer: str = LATEST_CHECKPOINT,
 ) -> Path:
-    """Once every rank has written its files: rename ``staging`` into place, move ``pointer``."""
+    """Once every rank has written its files: rename ``staging`` into place as
+    ``global_step_<step>`` (:func:`replace_dir`), then move ``pointer`` to ``step``.
+
+    Entries of an existing ``global_step_<step>`` other than ``actor`` (the critic) are
+    kept: the new directory links them before the swap."""
     job_dir = Path(job_dir)
-    actor = Path(staging) / "actor"
+    staging = Path(staging)
+    actor = staging / "actor"
     missing = [
         r for r in range(world_size) if not (actor / shard_name("model", world_size, r)).exists()
     ]
@@ -149,14 +261,29 @@ def commit_checkpoint(
     (actor / "fsdp_config.json").write_text(json.dumps({"world_size": world_size}))
     if hf_save is not None:
         hf_save(actor / "huggingface")
-    final = step_dir(job_dir, step) / "actor"
-    if final.exists():  # a weights-only save of the same step is superseded
-        shutil.rmtree(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(actor, final)
-    shutil.rmtree(staging, ignore_errors=True)
+    final = step_dir(job_dir, step)
+    if final.exists():  # e.g. a weights-only save of the step, superseded; its critic
+        for entry in final.iterdir():
+            if not entry.name.startswith(".") and not (staging / entry.name).exists():
+                _link_tree(entry, staging / entry.name)
+    replace_dir(staging, final)
     write_text_atomic(job_dir / pointer, str(step))
-    return final
+    return final / "actor"
+
+
+def _link_tree(source: Path, target: Path) -> None:
+    """``source`` at ``target`` as hard links (copies where links are refused)."""
+
+    def link(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    if source.is_dir():
+        shutil.copytree(source, target, copy_function=link)
+    else:
+        link(str(source), str(target))
 
 
 def checkpoint_world_size(job_dir: Path, step: int) -> int:
@@ -174,7 +301,10 @@ def prune_checkpoints(job_dir: Path, keep: int | None) -> list[int]:
     removed = []
     for step in complete[:-keep]:
         if step != latest:
-            shutil.rmtree(step_dir(job_dir, step), ignore_errors=True)
+            # renamed out of sight first: a crash mid-delete leaves no half step behind
+            doomed = Path(tempfile.mkdtemp(dir=job_dir, prefix=f".global_step_{step}.removing."))
+            os.rename(step_dir(job_dir, step), doomed / "step")
+            shutil.rmtree(doomed, ignore_errors=True)
             removed.append(step)
     return removed
 

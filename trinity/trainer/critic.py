@@ -18,7 +18,6 @@ the batch loss through the batch's ``LossNormalizer``, as the actor's do.
 from __future__ import annotations
 
 import logging
-import shutil
 from pathlib import Path
 
 import torch
@@ -224,9 +223,7 @@ class Critic:
         torch.save(self.optimizer.state_dict(), tmp / ckpt.shard_name("optim", 1, 0))
         extra = {"lr_scheduler": self.scheduler.state_dict()}
         torch.save(extra, tmp / ckpt.shard_name("extra_state", 1, 0))
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
+        ckpt.replace_dir(tmp, final)  # fsynced, swapped in whole
         return final
 
     def load(self, job_dir: Path, step: int) -> None:
