@@ -6,12 +6,16 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import sys
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import postgres_server
+import pytest
 import torch
 from hypothesis import strategies as st
 
@@ -124,6 +128,25 @@ def assert_same_experience(a: Experience, b: Experience) -> None:
 
 def _raw(t: torch.Tensor) -> bytes:
     return t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
+def wait_until_blocked(thread: threading.Thread) -> None:
+    """Return once ``thread`` sleeps on a condition (a get or put that waits); fail if it
+    finishes instead, or is still running after 5 s.
+
+    Sleeping a while and checking ``is_alive`` cannot tell a thread that waits from one
+    that has not run yet; its stack can.
+    """
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        frame = sys._current_frames().get(thread.ident)
+        while frame is not None:
+            if frame.f_code is threading.Condition.wait.__code__:
+                return
+            frame = frame.f_back
+        assert thread.is_alive(), "the call returned instead of waiting"
+        time.sleep(0.001)
+    pytest.fail("the call neither waited nor returned within 5 s")
 
 
 POSTGRES_ENV = "TRINITY_TEST_POSTGRES_URL"

@@ -7,7 +7,12 @@ import time
 from pathlib import Path
 
 import pytest
-from buffer_testing import assert_same_experience, full_experience, storage_config
+from buffer_testing import (
+    assert_same_experience,
+    full_experience,
+    storage_config,
+    wait_until_blocked,
+)
 
 from trinity.buffer import (
     ExperienceBufferConfigError,
@@ -104,7 +109,7 @@ def test_close_wakes_a_reader_waiting_without_timeout(tmp_path: Path) -> None:
 
     thread = threading.Thread(target=read)
     thread.start()
-    time.sleep(0.2)
+    wait_until_blocked(thread)
     began = time.monotonic()
     buffer.close()
     thread.join(5)

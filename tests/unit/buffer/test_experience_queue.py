@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 import torch
+from buffer_testing import wait_until_blocked
 
 from trinity.buffer import (
     ExperienceQueue,
@@ -42,25 +42,6 @@ def start(target, *args) -> tuple[threading.Thread, dict]:
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread, box
-
-
-def wait_until_blocked(thread: threading.Thread) -> None:
-    """Return once ``thread`` sleeps on a condition (a get or put that waits); fail if it
-    finishes instead, or is still running after 5 s.
-
-    Sleeping a while and checking ``is_alive`` cannot tell a thread that waits from one
-    that has not run yet; its stack can.
-    """
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        frame = sys._current_frames().get(thread.ident)
-        while frame is not None:
-            if frame.f_code is threading.Condition.wait.__code__:
-                return
-            frame = frame.f_back
-        assert thread.is_alive(), "the call returned instead of waiting"
-        time.sleep(0.001)
-    pytest.fail("the call neither waited nor returned within 5 s")
 
 
 def test_fifo_order() -> None:

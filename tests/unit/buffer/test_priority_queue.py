@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from buffer_testing import wait_until_blocked
 
 from trinity.buffer import PriorityExperienceQueue, QueueClosed, SQLExperienceStorage
 from trinity.types import EID, Experience
@@ -119,7 +120,7 @@ def test_close_wakes_a_waiting_reader() -> None:
 
     thread = threading.Thread(target=read)
     thread.start()
-    time.sleep(0.1)
+    wait_until_blocked(thread)
     q.close()
     thread.join(5)
     assert isinstance(box.get("error"), QueueClosed)
