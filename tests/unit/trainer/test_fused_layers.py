@@ -175,6 +175,7 @@ def test_fused_rotary_gives_the_bf16_model_its_own_logits_and_gradients_bit_for_
     assert rotary.fused_original is modeling_llama.apply_rotary_pos_emb
 
 
+@needs_kernels
 def test_another_model_in_the_process_keeps_transformers_rotary_embedding(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
