@@ -1,0 +1,251 @@
+"""Every RL algorithm type raises a trivially learnable reward; with the advantages'
+sign flipped it does not.
+
+The trainer tests check that parameters change and metrics stay finite, which a flipped
+sign anywhere between the advantage function and the loss would pass. Here each type
+(every row of ``ALGORITHM_DEFAULTS`` with ``use_rollout``, so a new type is picked up)
+trains the tiny model on-policy: the real explorer (rollout engine, runner pool, a
+workflow) samples from the current weights, the real ``Trainer`` with the type's
+resolved config (``make_config``: ppo with its critic, mix with 8 expert rows per step
+from a small SFT dataset) updates them, and ``weights_for_sync`` goes into the engine
+through ``Explorer.load_weights`` after every step. No Ray.
+
+The task: one prompt, one response token sampled at temperature 0.3 (at 1.0 the random
+tiny model spreads its mass over the whole vocabulary), reward 1 when it is the initial
+policy's most likely token (probability 0.38 at 0.3), else 0; 2 tasks x 8 rollouts per
+step, ``STEPS`` = 5 explore steps with a train step (AdamW, lr 1e-3) between each two.
+The gain is the mean reward of the last two explore steps minus the initial policy's
+expected reward (0.38). ``test_flipped_advantages_miss_the_margin`` negates the
+advantages where the trainer receives them (its ``advantage_fn``; the returns, the
+critic's targets, are kept) and checks that the same run then misses the margin.
+
+Measured (the config's seed 42; rewards of the 5 explore steps, gain):
+
+    type                right sign                        flipped
+    grpo                0.50 0.38 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
+    gspo                0.50 0.38 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
+    mix                 0.50 0.44 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
+    opmd                0.50 0.38 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
+    ppo                 0.50 0.38 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
+    reinforceplusplus   0.50 0.38 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
+    rloo                0.50 0.38 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
+
+MARGIN = 0.3 is safe both ways: the right sign clears it by 0.32 (no run can gain more
+than 1 - 0.38 = 0.62), and a flipped run cannot reach it once its reward has fallen (its
+gain is then negative). With seeds 0-5 every type still ends at 0.94-1.00 (gain +0.56 to
++0.62; flipped: 0.00, -0.38). The first update sometimes lowers the reward (AdamW's first
+step moves every parameter by about lr, whatever its gradient), hence the last two
+steps. A policy that does not learn stays near 0.38 and fails as well.
+
+    .venv/bin/pytest -q -n 0 tests/integration/test_learning_direction.py
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from trinity.algorithm.advantage.base import AdvantageInputs
+from trinity.config import Config
+from trinity.config.algorithm_defaults import ALGORITHM_DEFAULTS
+from trinity.types import Experience
+from trinity.workflows.base import Workflow
+from trinity.workflows.registry import WORKFLOWS
+from trinity.workflows.single_turn import rollout_args, set_reward
+
+# make_config, the trainer tests' resolved configs, lives beside those tests
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "trainer"))
+from trainer_testing import make_config  # noqa: E402
+
+if TYPE_CHECKING:
+    from trinity.explorer.explorer import Explorer
+
+pytestmark = pytest.mark.slow
+
+RL_TYPES = sorted(name for name, row in ALGORITHM_DEFAULTS.items() if row.use_rollout)
+PROMPT = "Say yes."
+TEMPERATURE = 0.3
+TASKS, ROLLOUTS = 2, 8  # per explore step: TASKS groups of ROLLOUTS
+STEPS = 5  # explore steps; a train step and a weight load follow each but the last
+MARGIN = 0.3
+WORKFLOW = "target_token_test_workflow"
+
+
+@WORKFLOWS.register(WORKFLOW)
+class TargetTokenWorkflow(Workflow):
+    """Samples ``repeat_times`` replies; reward = the share of their tokens that are the
+    row's ``target`` token id (with one response token: 1 or 0)."""
+
+    async def run_async(self) -> list[Experience]:
+        experiences = await self.model.achat(
+            [{"role": "user", "content": self.task.prompt}],
+            n=self.task.repeat_times,
+            **rollout_args(self.task),
+        )
+        target = int(self.task.raw["target"])
+        for run, exp in enumerate(experiences):
+            response = exp.tokens[exp.prompt_length :]
+            set_reward(exp, {"target_token": float((response == target).float().mean())})
+            exp.eid.run = run
+        return experiences
+
+
+class FlippedAdvantage:
+    """An advantage function with its advantages negated; the returns (the critic's
+    regression targets) are left as they are."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def __call__(self, inputs: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
+        advantages, returns = self.inner(inputs)
+        return -advantages, returns
+
+
+def type_config(model_dir: Path, root: Path, algorithm_type: str, total_steps: int) -> Config:
+    """``algorithm_type``'s resolved config for the target-token task under ``root``."""
+    return make_config(
+        model_dir,
+        root,
+        algorithm_type,
+        algorithm={"repeat_times": ROLLOUTS},
+        model={
+            "max_prompt_tokens": 64,
+            "max_response_tokens": 1,
+            "min_response_tokens": 0,
+            "temperature": TEMPERATURE,
+        },
+        buffer={
+            "batch_size": TASKS,
+            "total_steps": total_steps,
+            "explorer_input": {
+                "default_workflow_type": WORKFLOW,
+                "taskset": {"format": {"prompt_key": "prompt"}},
+            },
+        },
+        explorer={"runner_per_model": TASKS},
+        trainer={
+            "trainer_config": {"actor_rollout_ref": {"actor": {"ppo_micro_batch_size_per_gpu": 32}}}
+        },
+    )
+
+
+def initial_policy(model_dir: Path, prompt: str) -> tuple[int, float]:
+    """The initial policy's most likely first response token to ``prompt`` and its
+    probability at ``TEMPERATURE``: the expected reward before training."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trinity.models.engine import render_chat
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    ids = render_chat(tokenizer, [{"role": "user", "content": prompt}])
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0, -1]
+    token = int(logits.argmax())
+    return token, float(torch.softmax(logits / TEMPERATURE, dim=-1)[token])
+
+
+@dataclass
+class Rollouts:
+    explorer: Explorer
+    initial_weights: dict[str, torch.Tensor]
+    initial_reward: float  # expected reward of the initial policy
+
+
+@pytest.fixture(scope="module")
+def rollouts(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """One explorer for every run of the module (its engine and tokenizer load once);
+    each run starts by loading the initial weights into it."""
+    from trinity.explorer.explorer import Explorer
+
+    root = tmp_path_factory.mktemp("learning_direction")
+    target, initial_reward = initial_policy(tiny_model_dir, PROMPT)
+    row = {"prompt": PROMPT, "target": target}
+    (root / "tasks").mkdir()
+    (root / "tasks" / "train.jsonl").write_text((json.dumps(row) + "\n") * TASKS)
+    # the taskset repeats its row for as many steps as the module's runs take
+    cfg = type_config(tiny_model_dir, root, "grpo", total_steps=10_000)
+    explorer = Explorer(cfg, model_dir=tiny_model_dir, log_dir=None)
+    try:
+        weights = load_file(tiny_model_dir / "model.safetensors")
+        yield Rollouts(explorer, weights, initial_reward)
+    finally:
+        explorer.close()
+
+
+def learn(
+    model_dir: Path,
+    root: Path,
+    algorithm_type: str,
+    rollouts: Rollouts,
+    flip: bool = False,
+) -> list[float]:
+    """The mean reward of each of ``STEPS`` explore steps, training on-policy between them;
+    ``flip`` wraps the trainer's advantage function in :class:`FlippedAdvantage`."""
+    from trinity.buffer import make_experience_buffer
+    from trinity.trainer.train_input import TrainInput
+    from trinity.trainer.trainer import Trainer
+
+    if algorithm_type == "mix":  # its expert rows, where make_config points its auxiliary buffer
+        rows = [
+            {"prompt": f"What is {i} + 2?", "response": f"{i} + 2 = {i + 2}."} for i in range(4)
+        ]
+        (root / "sft").mkdir()
+        (root / "sft" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = type_config(model_dir, root, algorithm_type, total_steps=STEPS)
+    trainer = Trainer(cfg, model_dir=model_dir, total_steps=STEPS - 1)
+    if flip:
+        trainer.advantage_fn = FlippedAdvantage(trainer.advantage_fn)
+    explorer = rollouts.explorer
+    explorer.load_weights(rollouts.initial_weights, 0)
+    buffer = make_experience_buffer(cfg.buffer.trainer_input.experience_buffer)
+    train_input = TrainInput(cfg, trainer.tokenizer, lambda n: buffer.get(n, timeout=0))
+    rewards = []
+    try:
+        for step in range(1, STEPS + 1):
+            experiences, metrics = explorer.explore_step(step)
+            assert len(experiences) == TASKS * ROLLOUTS, metrics
+            rewards.append(metrics["rollout/reward/mean"])
+            if step == STEPS:
+                break
+            buffer.put(experiences)
+            trainer.train_step(train_input.next_batch(trainer.global_step))
+            explorer.load_weights(trainer.weights_for_sync(), step)
+    finally:
+        buffer.close()
+    return rewards
+
+
+def gain(rewards: list[float], initial_reward: float) -> float:
+    """Mean reward of the last two explore steps minus the initial policy's expected one."""
+    return sum(rewards[-2:]) / 2 - initial_reward
+
+
+@pytest.mark.parametrize("algorithm_type", RL_TYPES)
+def test_training_raises_the_reward(
+    tiny_model_dir: Path,
+    tmp_path: Path,
+    rollouts: Rollouts,
+    algorithm_type: str,
+) -> None:
+    rewards = learn(tiny_model_dir, tmp_path, algorithm_type, rollouts)
+    assert gain(rewards, rollouts.initial_reward) >= MARGIN, rewards
+
+
+@pytest.mark.parametrize("algorithm_type", RL_TYPES)
+def test_flipped_advantages_miss_the_margin(
+    tiny_model_dir: Path,
+    tmp_path: Path,
+    rollouts: Rollouts,
+    algorithm_type: str,
+) -> None:
+    rewards = learn(tiny_model_dir, tmp_path, algorithm_type, rollouts, flip=True)
+    assert gain(rewards, rollouts.initial_reward) < MARGIN, rewards
