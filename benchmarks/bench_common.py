@@ -7,6 +7,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trinity.launch.process_policy import apply_to_driver
+
+# a benchmark measures what a run's own processes do: the same process settings as the
+# driver of `trinity run` (THP for torch's large tensors; torch reads it at its first
+# allocation, so importing torch before this module is fine)
+apply_to_driver()
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "examples" / "arithmetic" / "data"
 CONFIG = ROOT / "examples" / "arithmetic" / "grpo.yaml"
