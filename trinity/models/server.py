@@ -39,7 +39,7 @@ import socket
 import threading
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -54,6 +54,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 MAX_TOP_LOGPROBS = 20
+# the engine keeps seeds and top_k in int64 tensors and generators; larger integers
+# would fail the whole decode batch, other clients' requests included
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# below the engine's vocabulary too (checked per model); tokenizers decode u32 ids
+TokenId = Annotated[int, Field(ge=0, lt=2**32)]
 
 
 class APIError(Exception):
@@ -94,14 +99,14 @@ class _Sampling(BaseModel):
     top_p: float = Field(1.0, gt=0, le=1)
     max_tokens: int | None = Field(None, ge=1)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=INT64_MIN, le=INT64_MAX)
     stream: bool = False
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
     # extensions (vLLM's names)
-    top_k: int = -1
+    top_k: int = Field(-1, ge=INT64_MIN, le=INT64_MAX)
     min_tokens: int = Field(0, ge=0)
-    stop_token_ids: list[int] | None = None
+    stop_token_ids: list[TokenId] | None = None
     ignore_eos: bool = False
 
     def rollout_args(self) -> dict[str, Any]:
@@ -151,7 +156,7 @@ class ChatCompletionRequest(_Sampling):
 
 
 class CompletionRequest(_Sampling):
-    prompt: str | list[str] | list[int] | list[list[int]]
+    prompt: str | list[str] | list[TokenId] | list[list[TokenId]]
     logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     echo: bool = False
 
@@ -278,6 +283,7 @@ async def _chat(body: ChatCompletionRequest, wrapper: ModelWrapper) -> dict[str,
             400, "tools are not supported; describe tools in the messages", param="tools"
         )
     args = body.rollout_args()
+    _check_token_ids(args["stop_token_ids"], wrapper, "stop_token_ids")
     args["max_tokens"] = body.max_completion_tokens or body.max_tokens
     messages = [m.as_dict() for m in body.messages]
     experiences = await _call(wrapper.achat(messages, body.n, response_limits=False, **args))
@@ -306,7 +312,11 @@ async def _complete(body: CompletionRequest, wrapper: ModelWrapper) -> dict[str,
     if body.echo:
         raise APIError(400, "echo=true is not supported", param="echo")
     prompts = _prompt_list(body.prompt)
+    for prompt in prompts:
+        if not isinstance(prompt, str):
+            _check_token_ids(prompt, wrapper, "prompt")
     args = body.rollout_args()
+    _check_token_ids(args["stop_token_ids"], wrapper, "stop_token_ids")
     experiences = await _call(wrapper.agenerate(prompts, body.n, response_limits=False, **args))
     choices = []
     for i, exp in enumerate(experiences):
@@ -360,6 +370,16 @@ def _prompt_list(prompt: str | list[str] | list[int] | list[list[int]]) -> list[
     if all(isinstance(p, int) for p in prompt):
         return [list(prompt)]
     return list(prompt)
+
+
+def _check_token_ids(ids: list[int], wrapper: ModelWrapper, param: str) -> None:
+    """Token ids must lie in the model's vocabulary: the engine would index with them."""
+    vocab = getattr(wrapper.engine, "vocab_size", None)  # a remote engine's server checks
+    outside = [t for t in ids if vocab is not None and t >= vocab]
+    if outside:
+        raise APIError(
+            400, f"token id {outside[0]} is outside the vocabulary [0, {vocab})", param=param
+        )
 
 
 def _token_logprobs(
