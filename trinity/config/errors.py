@@ -11,7 +11,10 @@ _NOTHING = object()  # "no value given", distinct from a given None
 
 def format_value(value: Any, limit: int = 80) -> str:
     """A short single-line rendering of a config value for messages."""
-    text = repr(value) if isinstance(value, str) else str(value)
+    try:
+        text = repr(value) if isinstance(value, str) else str(value)
+    except ValueError:  # an int past Python's limit of digits for str(), maybe inside a list
+        text = f"<{type(value).__name__} too large to print>"
     text = text.replace("\r", "\\r").replace("\n", "\\n")
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

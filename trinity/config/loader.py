@@ -7,6 +7,7 @@ and ``${oc.env:VAR,default}`` work anywhere in the file.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -94,10 +95,24 @@ def _load_yaml(path: Path) -> DictConfig:
             "", "config file not found", value=str(path), valid="the path of a YAML file"
         )
     try:
-        conf = OmegaConf.load(path)
-    except (yaml.YAMLError, OmegaConfBaseException) as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError("", f"cannot parse {path}: {first_line}", valid="valid YAML") from exc
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            "", f"cannot parse {path}: not UTF-8 text (byte {exc.start})", valid="valid YAML"
+        ) from exc
+    except OSError as exc:
+        raise ConfigError(
+            "", f"cannot read {path}: {exc.strerror or _first_line(exc)}", valid="a readable file"
+        ) from exc
+    try:
+        conf = OmegaConf.load(io.StringIO(text))
+    # ValueError: an integer of more digits than Python converts (4300 by default)
+    except (yaml.YAMLError, OmegaConfBaseException, ValueError) as exc:
+        raise ConfigError(
+            "", f"cannot parse {path}: {_first_line(exc)}", valid="valid YAML"
+        ) from exc
+    except OSError:  # OmegaConf's answer to a document that is a single scalar
+        conf = None
     if not isinstance(conf, DictConfig):
         raise ConfigError(
             "",
@@ -118,7 +133,7 @@ def _apply_override(conf: DictConfig, override: str) -> None:
         # YAML typing of the text (1e-5 is a float, [1, 2] a list); interpolations stay as written
         value = OmegaConf.to_container(OmegaConf.from_dotlist([f"value={text}"]))["value"]
         OmegaConf.update(conf, key, value, merge=True, force_add=True)
-    except OmegaConfBaseException as exc:
+    except (yaml.YAMLError, OmegaConfBaseException, ValueError) as exc:
         raise ConfigError(
             key, f"cannot apply override: {_first_line(exc)}", value=text, valid=OVERRIDE_HELP
         ) from exc

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 from datetime import datetime
 from pathlib import Path
 
@@ -310,8 +309,10 @@ def steps_from_buffer(cfg: Config) -> int | None:
         return buffer.total_steps
     if buffer.train_batch_size is None:
         return buffer.total_steps  # unresolved config: one explore step per train step
+    if buffer.train_batch_size < 1:
+        return None  # validate names the batch size; nothing to derive from it
     experiences = buffer.total_steps * buffer.batch_size * cfg.algorithm.repeat_times
-    return max(1, math.floor(experiences / buffer.train_batch_size))
+    return max(1, experiences // buffer.train_batch_size)  # exact for any size of int
 
 
 def _check_same_optimizer(given: OptimizerConfig, optimizer: OptimizerConfig) -> None:
