@@ -16,7 +16,8 @@ engine's convention (log_softmax(logits / T), see :mod:`trinity.models.sampling`
 Without ``max_tokens`` a reply may use the rest of ``max_model_len`` (the wrapper's
 max/min_response_tokens do not apply). Errors use OpenAI's shape,
 ``{"error": {"message", "type", "param", "code"}}``, with a 4xx status for bad
-requests; when an API key is set, requests without ``Authorization: Bearer <key>``
+requests (token ids outside the vocabulary and seeds or top_k beyond int64 included:
+they are refused before they reach a decode batch shared with other requests); when an API key is set, requests without ``Authorization: Bearer <key>``
 get 401.
 
     server = OpenAIServer({"policy": wrapper}, host="127.0.0.1", port=0, api_key=None)
