@@ -3,7 +3,7 @@
 # pyproject.toml allows, so a floor that is too low fails here instead of on a user's
 # machine.
 #
-#     bash scripts/ci_floors.sh     # 13 min on 2 idle cores (install 1.5, tests 11.5), 20 busy
+#     bash scripts/ci_floors.sh     # 9-13 min on 2 cores: install 1.5, unit tests 7.5-11.5
 #
 # Creates a separate venv (.venv-floors, git-ignored; FLOORS_VENV names another), pins
 # every `name>=X` of [project] dependencies and of the `test` extra to `name==X` in a
