@@ -168,8 +168,12 @@ def _rebound(function: Callable, old: dict[str, Any], new: dict[str, Any]) -> Ca
     )
     copy.__kwdefaults__ = function.__kwdefaults__
     functools.update_wrapper(copy, function)
+    # __wrapped__ leads to the copy of the wrapped function, or nowhere: never back to
+    # transformers' original (update_wrapper points it at ``function``)
     if inner_copy is not None:
         copy.__wrapped__ = inner_copy  # type: ignore[attr-defined]
+    elif inner is None:
+        del copy.__wrapped__
     return copy
 
 

@@ -6,6 +6,7 @@ apply."""
 from __future__ import annotations
 
 import copy
+import inspect
 
 import pytest
 import torch
@@ -171,7 +172,8 @@ def test_fused_rotary_gives_the_bf16_model_its_own_logits_and_gradients_bit_for_
         assert torch.equal(got[1][name], grad), name
     # fusing again wraps transformers' function, not the fused one
     fuse_layers(plain)
-    rotary = attentions[0].forward.__func__.__wrapped__.__globals__["apply_rotary_pos_emb"]
+    # (transformers wraps forward in deprecate_kwarg in some releases, not in others)
+    rotary = inspect.unwrap(attentions[0].forward.__func__).__globals__["apply_rotary_pos_emb"]
     assert rotary.fused_original is modeling_llama.apply_rotary_pos_emb
 
 
