@@ -18,9 +18,18 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/trinity run --config examples/arithmetic/grpo.yaml
 
+# the tests of the fused CPU kernels and of their callers, run again on the kernels'
+# other paths: the plain torch path, and a build for a baseline x86-64 (no AVX-512, no
+# AMX), whatever this CPU has
+KERNEL_TESTS := tests/unit/kernels tests/unit/trainer/test_fused_layers.py \
+	tests/unit/trainer/test_precision.py tests/unit/models/test_fast_decode.py \
+	tests/unit/models/test_sampling.py tests/unit/algorithm/test_utils.py
+
 # two workers; the tests that start Ray or run a whole job stay on one of them, in turn
 # (the scheduler in tests/conftest.py)
 test: $(STAMP)
+	TRINITY_CPU_KERNELS=0 $(VENV)/bin/pytest -q -n 2 $(KERNEL_TESTS)
+	TRINITY_KERNEL_MARCH=x86-64-v2 $(VENV)/bin/pytest -q -n 2 $(KERNEL_TESTS)
 	$(VENV)/bin/pytest -q -n 2
 
 test-fast: $(STAMP)
