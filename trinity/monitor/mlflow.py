@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from trinity.launch.process_policy import scoped_environment
 from trinity.monitor.base import Monitor, RunInfo
 from trinity.monitor.registry import MONITORS
 
@@ -44,21 +45,13 @@ _environment_lock = threading.Lock()
 
 @contextlib.contextmanager
 def _environment(values: dict[str, str]) -> Iterator[None]:
-    """``values`` in the environment for the duration of the block, then as it was."""
+    """``values`` in the environment for the duration of the block, then as it was (one
+    block at a time in this process)."""
     if not values:
         yield
         return
-    with _environment_lock:
-        saved = {key: os.environ.get(key) for key in values}
-        os.environ.update(values)
-        try:
-            yield
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+    with _environment_lock, scoped_environment(values):
+        yield
 
 
 def mlflow_key(key: str) -> str:
