@@ -47,3 +47,32 @@ def test_works_inside_runner_threads() -> None:
     thread.start()
     thread.join()
     assert results == [{"accuracy": 1.0}]
+
+
+INTEGER_PAIRS = [("42", "42"), ("042", "42"), ("-3", "-3"), ("+5", "5"), ("7", "8"), ("-0", "0")]
+
+
+def test_two_integers_are_compared_without_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    from trinity.rewards import math as math_rewards
+
+    def no_worker():
+        raise AssertionError("math-verify's worker was asked about two integers")
+
+    monkeypatch.setattr(math_rewards, "default_verifier", no_worker)
+    assert [math_rewards.equivalent(a, b) for a, b in INTEGER_PAIRS] == [
+        True, True, True, True, False, True,
+    ]  # fmt: skip
+    assert math_reward("13 + 14 = 27.", "#### 27") == {"accuracy": 1.0}
+    with pytest.raises(AssertionError, match="worker"):
+        math_rewards.equivalent("0.5", "1/2")  # not two integers: math-verify decides
+
+
+def test_the_integer_shortcut_agrees_with_math_verify() -> None:
+    from trinity.rewards.verifier import MathVerifier
+
+    verifier = MathVerifier(workers=1)
+    try:
+        verdicts = [verifier.equivalent(a, b, 30.0) for a, b in INTEGER_PAIRS]
+    finally:
+        verifier.close()
+    assert verdicts == [True, True, True, True, False, True]
