@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast studio data lint clean-venv
+.PHONY: demo test test-kernel-paths test-fast studio data lint clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -28,9 +28,12 @@ KERNEL_TESTS := tests/unit/kernels tests/unit/trainer/test_fused_layers.py \
 # two workers; the tests that start Ray or run a whole job stay on one of them, in turn
 # (the scheduler in tests/conftest.py)
 test: $(STAMP)
+	$(VENV)/bin/pytest -q -n 2
+
+# CI runs these too (.ci/run)
+test-kernel-paths: $(STAMP)
 	TRINITY_CPU_KERNELS=0 $(VENV)/bin/pytest -q -n 2 $(KERNEL_TESTS)
 	TRINITY_KERNEL_MARCH=x86-64-v2 $(VENV)/bin/pytest -q -n 2 $(KERNEL_TESTS)
-	$(VENV)/bin/pytest -q -n 2
 
 test-fast: $(STAMP)
 	$(VENV)/bin/pytest -q -n 2 -m "not slow"
