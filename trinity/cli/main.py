@@ -47,6 +47,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except FileNotFoundError as err:
         print(f"trinity: config error: {err}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
+    from trinity.utils.cpu import float32_where_bf16_is_slow
+
+    dtype_note = float32_where_bf16_is_slow(config)
+    if dtype_note:
+        print(f"trinity: {dtype_note}", file=sys.stderr)
     if args.dry_run:
         print(dry_run_report(config))
         return 0
