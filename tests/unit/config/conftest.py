@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from config_testing import minimal_config
 
 
 @pytest.fixture
@@ -28,15 +29,4 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 @pytest.fixture
 def minimal(tmp_path: Path) -> dict[str, Any]:
     """The smallest valid config of mode both (GRPO with 4 rollouts per task)."""
-    return {
-        "project": "proj",
-        "name": "run",
-        "checkpoint_root_dir": str(tmp_path / "ckpt"),
-        "algorithm": {"algorithm_type": "grpo", "repeat_times": 4},
-        "model": {"model_path": "tiny-model", "max_prompt_tokens": 64, "max_response_tokens": 32},
-        "buffer": {
-            "batch_size": 2,
-            "explorer_input": {"taskset": {"name": "tasks", "path": "/data/tasks"}},
-            "trainer_input": {"experience_buffer": {"name": "exp"}},
-        },
-    }
+    return minimal_config(tmp_path)

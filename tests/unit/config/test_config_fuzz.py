@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
+from config_testing import minimal_config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -115,22 +116,6 @@ def typed(tp: Any) -> st.SearchStrategy[Any]:
     }.get(tp, values)
 
 
-def _base(root: Path) -> dict[str, Any]:
-    """A valid config of mode both (the smallest one the docs show)."""
-    return {
-        "project": "proj",
-        "name": "run",
-        "checkpoint_root_dir": str(root / "ckpt"),
-        "algorithm": {"algorithm_type": "grpo", "repeat_times": 4},
-        "model": {"model_path": "tiny-model", "max_prompt_tokens": 64, "max_response_tokens": 32},
-        "buffer": {
-            "batch_size": 2,
-            "explorer_input": {"taskset": {"name": "tasks", "path": "/data/tasks"}},
-            "trainer_input": {"experience_buffer": {"name": "exp"}},
-        },
-    }
-
-
 def _put(data: dict[Any, Any], path: tuple[str, ...], value: Any) -> None:
     """data[a][b][c] = value; a section on the way that is not a mapping becomes one."""
     for key in path[:-1]:
@@ -179,7 +164,7 @@ def _no_env_leak(monkeypatch):
 @FUZZ
 @given(edits=st.lists(st.tuples(st.sampled_from(PATHS), values), min_size=1, max_size=3))
 def test_random_values_at_real_keys(edits, tmp_path):
-    data = _base(tmp_path)
+    data = minimal_config(tmp_path)
     for path, value in edits:
         _put(data, path, value)
     assert_clean(load_outcome(_dump(data)))
@@ -188,7 +173,7 @@ def test_random_values_at_real_keys(edits, tmp_path):
 @FUZZ
 @given(data=st.data())
 def test_values_of_the_right_type_at_real_keys(data, tmp_path):
-    config = _base(tmp_path)
+    config = minimal_config(tmp_path)
     for _ in range(data.draw(st.integers(1, 4), label="edits")):
         path = data.draw(st.sampled_from(PATHS), label="key")
         _put(config, path, data.draw(typed(FIELDS[path]), label="value"))
@@ -201,7 +186,7 @@ def test_values_of_the_right_type_at_real_keys(data, tmp_path):
     sections=st.dictionaries(st.sampled_from([p[0] for p in PATHS]), values, max_size=3),
 )
 def test_random_mappings_at_the_top_level(top, sections, tmp_path):
-    data = {**_base(tmp_path), **top, **sections}
+    data = {**minimal_config(tmp_path), **top, **sections}
     assert_clean(load_outcome(_dump(data)))
 
 
@@ -275,7 +260,7 @@ def test_random_yaml_text(text):
     )
 )
 def test_random_overrides(overrides, tmp_path):
-    assert_clean(load_outcome(_dump(_base(tmp_path)), tuple(overrides)))
+    assert_clean(load_outcome(_dump(minimal_config(tmp_path)), tuple(overrides)))
 
 
 @FUZZ
@@ -296,7 +281,9 @@ def test_random_bytes(content):
 HUGE = "9" * 5000  # more digits than Python turns into an int by default (4300)
 FOUND = {
     # resolve divided by train_batch_size before validate saw it was 0
-    "zero_batch": lambda root: _dump(_base(root) | {"buffer": {"batch_size": 0, "total_steps": 3}}),
+    "zero_batch": lambda root: _dump(
+        minimal_config(root) | {"buffer": {"batch_size": 0, "total_steps": 3}}
+    ),
     # OmegaConf refuses a scalar document with an OSError
     "scalar": lambda root: "0\n",
     # a file that is not UTF-8
@@ -335,7 +322,7 @@ def test_found_files_fail_with_a_config_error(tmp_path, name, where, needle):
 @pytest.mark.parametrize("override", ["name=\x1f", f"buffer.batch_size={HUGE}"])
 def test_found_overrides_fail_with_a_config_error(tmp_path, override):
     path = tmp_path / "run.yaml"
-    path.write_text(_dump(_base(tmp_path)), encoding="utf-8")
+    path.write_text(_dump(minimal_config(tmp_path)), encoding="utf-8")
     with pytest.raises(ConfigError) as caught:
         load_config(path, [override], now=NOW)
     assert caught.value.path == override.partition("=")[0]
@@ -345,7 +332,7 @@ def test_found_overrides_fail_with_a_config_error(tmp_path, override):
 def test_steps_of_a_huge_total_are_exact(tmp_path):
     # total_steps * batch_size * repeat_times / train_batch_size went through a float,
     # which overflowed past 1e308; 3e400 experiences in batches of 2 * 4 rollouts
-    data = _base(tmp_path)
+    data = minimal_config(tmp_path)
     data["buffer"]["total_steps"] = 3 * 10**400
     path = tmp_path / "run.yaml"
     path.write_text(_dump(data), encoding="utf-8")
@@ -354,7 +341,7 @@ def test_steps_of_a_huge_total_are_exact(tmp_path):
 
 
 def test_a_value_too_long_to_print_still_makes_a_one_line_error(tmp_path):
-    data = _base(tmp_path)
+    data = minimal_config(tmp_path)
     data["buffer"]["batch_size"] = -(10**5000)
     with pytest.raises(ConfigError) as caught:
         validate(resolve(config_from_dict(data), now=NOW))
