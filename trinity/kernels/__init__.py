@@ -68,6 +68,8 @@ from pathlib import Path
 
 import torch  # loads torch's libgomp first: the library below then shares it
 
+from trinity.utils.cpu import cpu_flags
+
 logger = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("cpu_kernels.c")
@@ -190,13 +192,8 @@ def load() -> Kernels | None:
 
 
 def _cpu_flags() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return line
-    except OSError:
-        pass
-    return platform.processor()
+    flags = cpu_flags()
+    return " ".join(sorted(flags)) if flags is not None else platform.processor()
 
 
 def cache_dir() -> Path:
