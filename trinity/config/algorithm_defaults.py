@@ -68,7 +68,28 @@ PART_NAMES = (
 # list against the registries). Config validation reads it to accept a built-in name
 # without importing the algorithm package, and with it torch, in the driver.
 BUILTIN_PART_NAMES: dict[str, frozenset[str]] = {
-    "advantage_fn": frozenset({"grpo", "opmd", "ppo", "reinforceplusplus", "remax", "rloo"}),
+    "advantage_fn": frozenset(
+        {
+            "asymre",
+            "asymre_verl",
+            "clipb",
+            "clipv",
+            "gigpo",
+            "grpo",
+            "grpo_verl",
+            "jsd",
+            "on_policy_distill",
+            "opmd",
+            "opmd_verl",
+            "ppo",
+            "rec",
+            "reinforce",
+            "reinforceplusplus",
+            "remax",
+            "rloo",
+            "step_wise_grpo",
+        }
+    ),
     "policy_loss_fn": frozenset({"dpo", "gspo", "mix", "opmd", "ppo", "sft"}),
     "kl_fn": frozenset({"none", "k1", "k2", "k3", "low_var_kl", "abs"}),
     "entropy_loss_fn": frozenset({"default", "none"}),

@@ -30,6 +30,24 @@ class AdvantageInputs:
             explore step and form one group.
         values: (B, R) critic values V(s_t), needed by GAE only.
         baseline_rewards: (B,) reward of the greedy rollout of each row's task (ReMax).
+        old_logprobs: (B, R) log pi_old(a_t|s_t) of the policy that sampled the tokens
+            (on_policy_distill, jsd, clipb, clipv, grpo's ``rank_penalty``).
+        teacher_logprobs: (B, R) log pi_teacher(a_t|s_t) of the same tokens under the
+            teacher model (on_policy_distill, jsd).
+        old_entropies: (B, R) entropy H_t of pi_old's next-token distribution (clipb, clipv).
+        old_discriminant_baselines: (B, R) sum_x pi_old(x)^2 (log pi_old(x) + H_t), the
+            policy's expectation of the entropy discriminant p (log p + H) at each
+            position (clipv).
+        trajectory_ids: (B,) int64; in a multi-step rollout each step is one row, and rows
+            with the same ``(group_ids, trajectory_ids)`` are the steps of one trajectory
+            (step_wise_grpo, gigpo).
+        step_ids: (B,) int64 order of the steps within a trajectory; None means the rows'
+            order in the batch.
+        anchor_ids: (B,) int64 id (e.g. a hash) of the environment state a step acted
+            from; steps of one group with the same id share an anchor state; negative
+            means none (gigpo).
+        step_rewards: (B,) immediate reward of each step (gigpo); None means a sparse
+            reward: the trajectory's last row's reward, 0 for its earlier steps.
     """
 
     token_level_rewards: torch.Tensor
@@ -37,6 +55,14 @@ class AdvantageInputs:
     group_ids: torch.Tensor
     values: torch.Tensor | None = None
     baseline_rewards: torch.Tensor | None = None
+    old_logprobs: torch.Tensor | None = None
+    teacher_logprobs: torch.Tensor | None = None
+    old_entropies: torch.Tensor | None = None
+    old_discriminant_baselines: torch.Tensor | None = None
+    trajectory_ids: torch.Tensor | None = None
+    step_ids: torch.Tensor | None = None
+    anchor_ids: torch.Tensor | None = None
+    step_rewards: torch.Tensor | None = None
 
     @property
     def mask(self) -> torch.Tensor:
@@ -95,6 +121,50 @@ def group_stats(scores: torch.Tensor, group_ids: torch.Tensor) -> GroupStats:
     squares = zeros.index_add(0, index, (scores - mean[index]) ** 2)
     std = torch.sqrt(squares / (size - 1).clamp(min=1))
     return GroupStats(size=size[index], mean=mean[index], std=std[index])
+
+
+def verl_group_stats(scores: torch.Tensor, group_ids: torch.Tensor) -> GroupStats:
+    """``group_stats`` with verl's convention for a group of one: mean 0 and std 1.
+
+    verl's outcome advantages (``compute_grpo_outcome_advantage``) keep the raw reward of
+    a response that has no peer, where our grouped functions give it 0; the ``*_verl``
+    functions and clipb/clipv follow verl.
+    """
+    stats = group_stats(scores, group_ids)
+    alone = stats.size < 2
+    return GroupStats(
+        size=stats.size,
+        mean=torch.where(alone, torch.zeros_like(stats.mean), stats.mean),
+        std=torch.where(alone, torch.ones_like(stats.std), stats.std),
+    )
+
+
+def group_index(*ids: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(B,) dense index 0..G-1 of each row's key (the tuple of ``ids``) and G."""
+    key = torch.stack([i.long() for i in ids], dim=-1)
+    _, index = torch.unique(key, dim=0, return_inverse=True)
+    return index, int(index.max()) + 1 if index.numel() else 0
+
+
+def rank_in_group(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """(B,) int64 rank of each row's value inside its group: 0 for the smallest.
+
+    Ties are broken by row order. ``index`` is a dense group index (``group_index``).
+    """
+    order = torch.argsort(values, stable=True)
+    order = order[torch.argsort(index[order], stable=True)]  # by group, then by value
+    counts = torch.bincount(index)
+    starts = torch.cumsum(counts, 0) - counts
+    ranks = torch.empty_like(index)
+    ranks[order] = torch.arange(index.numel(), device=index.device) - starts[index[order]]
+    return ranks
+
+
+def require(value: torch.Tensor | None, name: str, owner: str, why: str) -> torch.Tensor:
+    """``value``, or a MissingInputError naming the part and what supplies the input."""
+    if value is None:
+        raise MissingInputError(f"advantage_fn '{owner}' needs AdvantageInputs.{name}: {why}")
+    return value
 
 
 def broadcast(per_row: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -7,6 +7,9 @@ baseline is the group's mean reward; with ``logavgexp`` it is the soft maximum
 
 which approaches the mean as tau -> inf and the max as tau -> 0. The matching policy loss
 (``policy_loss_fn: opmd``) divides by (1 + tau). A group of one gets advantage 0.
+
+``opmd_verl`` is verl's form: the same baselines, but a group of one has baseline 0 and
+keeps its raw reward.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from trinity.algorithm.advantage.base import (
     AdvantageInputs,
     broadcast,
     group_stats,
+    verl_group_stats,
 )
 from trinity.algorithm.registries import ADVANTAGE_FN
 
@@ -40,22 +44,25 @@ def group_logavgexp(scores: torch.Tensor, group_ids: torch.Tensor, tau: float) -
     return tau * (group_max + torch.log(sums / sizes))[index]
 
 
+@dataclass
+class OPMDArgs:
+    opmd_baseline: Literal["mean", "logavgexp"] = "mean"
+    tau: float = 1.0  # temperature of the logavgexp baseline
+
+    def __post_init__(self) -> None:
+        if self.opmd_baseline not in ("mean", "logavgexp"):
+            raise ValueError(
+                f"opmd_baseline must be 'mean' or 'logavgexp', got {self.opmd_baseline!r}"
+            )
+        if self.tau <= 0:
+            raise ValueError(f"tau must be > 0, got {self.tau}")
+
+
 @ADVANTAGE_FN.register("opmd")
 class OPMDAdvantage(AdvantageFn):
     """Reward minus a group mean (or soft-max) baseline."""
 
-    @dataclass
-    class Args:
-        opmd_baseline: Literal["mean", "logavgexp"] = "mean"
-        tau: float = 1.0  # temperature of the logavgexp baseline
-
-        def __post_init__(self) -> None:
-            if self.opmd_baseline not in ("mean", "logavgexp"):
-                raise ValueError(
-                    f"opmd_baseline must be 'mean' or 'logavgexp', got {self.opmd_baseline!r}"
-                )
-            if self.tau <= 0:
-                raise ValueError(f"tau must be > 0, got {self.tau}")
+    Args = OPMDArgs
 
     def compute(self, inputs: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
         scores = inputs.scores()
@@ -66,4 +73,22 @@ class OPMDAdvantage(AdvantageFn):
             baseline = group_logavgexp(scores, inputs.group_ids, self.args.tau)
         per_row = torch.where(stats.size > 1, scores - baseline, torch.zeros_like(scores))
         advantages = broadcast(per_row, inputs.mask)
+        return advantages, advantages.clone()
+
+
+@ADVANTAGE_FN.register("opmd_verl")
+class OPMDVerlAdvantage(AdvantageFn):
+    """OPMD as verl computes it: a group of one has baseline 0."""
+
+    Args = OPMDArgs
+
+    def compute(self, inputs: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
+        scores = inputs.scores()
+        stats = verl_group_stats(scores, inputs.group_ids)
+        if self.args.opmd_baseline == "mean":
+            baseline = stats.mean
+        else:
+            baseline = group_logavgexp(scores, inputs.group_ids, self.args.tau)
+            baseline = torch.where(stats.size > 1, baseline, torch.zeros_like(baseline))
+        advantages = broadcast(scores - baseline, inputs.mask)
         return advantages, advantages.clone()
