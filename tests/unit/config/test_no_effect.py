@@ -1,0 +1,162 @@
+"""No config key does nothing silently: each is read by the run or listed in NO_EFFECT.
+
+The rule, checked statically on every leaf key of the schema (walked as docs/config.md
+is generated): a key is *read* when its field name appears as an attribute access
+(``.name``) or a quoted string (``"name"`` / ``'name'``) in a module of ``trinity/``
+outside ``trinity/config/`` (the config layer itself) and ``trinity/studio/`` (the form
+that writes configs). A key that is not read must be in ``NO_EFFECT`` or in
+``CONSUMED_IN_CONFIG`` below (keys the config layer turns into other keys, e.g. a short
+form that resolve copies into the veRL layout).
+
+A name match is not proof of effect: ``actor.strategy`` matches the sample strategy's
+``.strategy``. Such keys were judged by hand and are listed in NO_EFFECT anyway; they
+appear in ``NAME_READ_FOR_SOMETHING_ELSE`` with the file whose match is unrelated, and
+the test checks that file still holds that match.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trinity.config import config_from_dict
+from trinity.config.no_effect import NO_EFFECT, describe, schema_fields, set_without_effect
+
+TRINITY = Path(__file__).resolve().parents[3] / "trinity"
+
+# key -> the config module that reads it and turns it into the keys the run reads
+CONSUMED_IN_CONFIG = {
+    "checkpoint_root_dir": "resolve.py",  # job_dir()
+    "cluster.node_num": "trainer_ranks.py",  # the trainer's ranks on a GPU cluster
+    "buffer.explorer_input.default_eval_workflow_type": "resolve.py",  # eval tasksets' workflow
+    "model.custom_chat_template": "resolve.py",  # every engine's and dataset's chat_template
+    "trainer.trainer_config_path": "loader.py",  # read into trainer.trainer_config
+    "trainer.max_token_len_per_gpu": "resolve.py",  # actor.ppo_max_token_len_per_gpu
+    "trainer.trainer_config.trainer.n_gpus_per_node": "trainer_ranks.py",  # trainer layout
+    "stages[].stage_name": "stages.py",  # the stage's experiment name
+}
+
+# no-effect key -> file outside trinity/config whose match of the name means something else
+NAME_READ_FOR_SOMETHING_ELSE = {
+    "trainer.trainer_config.actor_rollout_ref.actor.strategy": "trainer/train_input.py",
+    "trainer.trainer_config.critic.strategy": "trainer/train_input.py",
+    "trainer.trainer_config.actor_rollout_ref.actor.shuffle": "buffer/task_reader.py",
+    "trainer.trainer_config.critic.shuffle": "buffer/task_reader.py",
+    # the reference model's fields of the same names
+    "trainer.trainer_config.actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": (
+        "trainer/trainer.py"
+    ),
+    "trainer.trainer_config.actor_rollout_ref.rollout.log_prob_use_dynamic_bsz": (
+        "trainer/trainer.py"
+    ),
+    "trainer.trainer_config.actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": (
+        "trainer/trainer.py"
+    ),
+    # the critic's own optimizer
+    "algorithm.optimizer.total_training_steps": "trainer/critic.py",
+    "trainer.trainer_config.actor_rollout_ref.actor.optim.total_training_steps": (
+        "trainer/critic.py"
+    ),
+    # ports of the OpenAI server, the view server, collectives
+    "service.data_juicer.port": "models/server.py",
+}
+
+
+@cache
+def _sources() -> dict[str, str]:
+    return {
+        str(path.relative_to(TRINITY)): path.read_text(encoding="utf-8")
+        for path in TRINITY.rglob("*.py")
+        if path.relative_to(TRINITY).parts[0] not in ("config", "studio")
+    }
+
+
+def _readers(name: str) -> list[str]:
+    pattern = re.compile(rf"\.{name}\b|[\"']{name}[\"']")
+    return sorted(file for file, text in _sources().items() if pattern.search(text))
+
+
+@cache
+def _leaf_keys() -> list[str]:
+    keys = list(schema_fields())
+    return [k for k in keys if not any(o.startswith((f"{k}.", f"{k}[].")) for o in keys)]
+
+
+def _name(key: str) -> str:
+    return key.rsplit(".", 1)[-1].removesuffix("[]")
+
+
+@pytest.mark.parametrize("key", _leaf_keys())
+def test_every_key_is_read_or_listed_as_without_effect(key: str) -> None:
+    if key in NO_EFFECT or _readers(_name(key)):
+        return
+    module = CONSUMED_IN_CONFIG.get(key)
+    assert module is not None, (
+        f"{key} is read nowhere outside trinity/config: wire it into the run, or list it in "
+        "trinity/config/no_effect.py with the reason it has no effect"
+    )
+    source = (TRINITY / "config" / module).read_text(encoding="utf-8")
+    assert re.search(rf"\b{_name(key)}\b", source), f"{module} does not read {key}"
+
+
+@pytest.mark.parametrize("key", sorted(NO_EFFECT))
+def test_no_effect_entries_are_schema_keys_nothing_reads(key: str) -> None:
+    assert key in _leaf_keys(), f"{key} is not a leaf key of the schema"
+    assert NO_EFFECT[key], f"{key} needs a reason"
+    readers = _readers(_name(key))
+    unrelated = NAME_READ_FOR_SOMETHING_ELSE.get(key)
+    if unrelated is None:
+        assert not readers, f"{key} is listed as without effect but {readers} read its name"
+    else:  # judged by hand: the match there is another field of the same name
+        assert unrelated in readers, f"{unrelated} no longer reads '{_name(key)}'"
+
+
+def test_consumed_keys_are_schema_keys() -> None:
+    assert set(CONSUMED_IN_CONFIG) <= set(_leaf_keys())
+    assert not set(CONSUMED_IN_CONFIG) & set(NO_EFFECT)
+
+
+def _with_veRL_keys(data: dict[str, Any]) -> dict[str, Any]:
+    data["trainer"] = {
+        "trainer_config": {
+            "actor_rollout_ref": {
+                "actor": {"fsdp_config": {"param_offload": True}, "shuffle": False},
+                "model": {"use_remove_padding": True},  # the default: not reported
+            },
+        }
+    }
+    data["explorer"] = {"auxiliary_models": [{"model_path": "judge", "enforce_eager": False}]}
+    return data
+
+
+def test_only_keys_set_to_a_non_default_value_are_reported(minimal: dict[str, Any]) -> None:
+    found = set_without_effect(config_from_dict(_with_veRL_keys(minimal)))
+    assert [key for key, _ in found] == [
+        "explorer.auxiliary_models[0].enforce_eager",
+        "trainer.trainer_config.actor_rollout_ref.actor.fsdp_config.param_offload",
+    ]
+    assert (
+        found[1][1]
+        == NO_EFFECT["trainer.trainer_config.actor_rollout_ref.actor.fsdp_config.param_offload"]
+    )
+
+
+def test_stage_overrides_are_reported_under_their_stage(minimal: dict[str, Any]) -> None:
+    minimal["stages"] = [
+        {"stage_name": "a", "trainer": {"trainer_config": {"trainer": {"balance_batch": False}}}}
+    ]
+    found = set_without_effect(config_from_dict(minimal))
+    assert [key for key, _ in found] == ["stages[0].trainer.trainer_config.trainer.balance_batch"]
+
+
+def test_a_default_config_reports_nothing(minimal: dict[str, Any]) -> None:
+    assert set_without_effect(config_from_dict(minimal)) == []
+
+
+def test_the_line_names_each_key_and_why() -> None:
+    line = describe([("a.b", "vLLM-only"), ("c", "GPU-only")])
+    assert line == "accepted, no effect here: a.b (vLLM-only), c (GPU-only)"

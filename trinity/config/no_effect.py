@@ -1,0 +1,236 @@
+"""The config keys this project accepts but does not act on, and why.
+
+The config surface follows Trinity-RFT's user docs, which describe a GPU deployment on
+veRL and vLLM; a config written for it must load here, so keys of parts we do not have
+(FSDP offload, sequence parallelism, vLLM engine options, ...) are accepted. They must
+not do nothing silently: ``trinity run`` and ``--dry-run`` list those the config sets to
+a value other than the default (``set_without_effect``), and ``docs/config.md`` marks
+them. Keys are dotted paths as ``docs/config.md`` writes them: list items as ``[]``,
+mapping entries as ``<name>``. Tests keep this table true (tests/unit/config/test_no_effect.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from trinity.config.convert import field_types, to_plain
+from trinity.config.schema import STAGE_SECTIONS, Config
+
+_GPU_ONLY_ENGINE = "vLLM-only: our engines reserve no GPU memory"
+_ONE_ENGINE = "one engine here: the transformers engine serves every engine_type"
+_NO_TP = "not implemented on our engines: one device per engine replica"
+_NO_GRAPHS = "vLLM-only: our engines capture no graphs"
+_NO_PREFIX_CACHE = "vLLM-only: no KV cache is kept across requests"
+_FSDP = "GPU-only FSDP option: several trainer ranks shard each decoder layer with FSDP2 defaults"
+_NO_SP = "not implemented: sequences are never split over ranks"
+_NO_CHUNKED_ENTROPY = "not implemented: entropy is computed in one pass"
+_NO_FUSED = "not implemented: our trainer has its own fused layers, always on"
+_PADDING = "not implemented: batches are padded, never packed without pads"
+_STRATEGY = "veRL compatibility only: the trainer's data parallelism is its own"
+_ROLLOUT_LOGPROBS = "not implemented: old logprobs come from the rollout engine, not recomputed"
+_NO_SERVER = "not implemented: the data_juicer operator runs Data-Juicer in-process, no server"
+
+NO_EFFECT: dict[str, str] = {
+    # explorer engines
+    **{
+        f"explorer.{engine}.{key}": why
+        for engine in ("rollout_model", "auxiliary_models[]")
+        for key, why in (
+            ("engine_type", _ONE_ENGINE),
+            ("tensor_parallel_size", _NO_TP),
+            ("gpu_memory_utilization", _GPU_ONLY_ENGINE),
+            ("enforce_eager", _NO_GRAPHS),
+            ("enable_prefix_caching", _NO_PREFIX_CACHE),
+        )
+    },
+    # trainer
+    "trainer.trainer_type": "verl and torch name the same built-in trainer",
+    "trainer.ulysses_sequence_parallel_size": _NO_SP,
+    "algorithm.optimizer.total_training_steps": (
+        "the policy's schedule spans the run's train steps; only the critic's default follows it"
+    ),
+    "trainer.trainer_config.actor_rollout_ref.hybrid_engine": (
+        "actor and reference always share the trainer's ranks"
+    ),
+    "trainer.trainer_config.actor_rollout_ref.model.external_lib": (
+        "not implemented: use --plugin-dir to import code before the run"
+    ),
+    "trainer.trainer_config.actor_rollout_ref.model.override_config": (
+        "not implemented: the model's own config.json is used"
+    ),
+    "trainer.trainer_config.actor_rollout_ref.model.use_remove_padding": _PADDING,
+    "trainer.trainer_config.actor_rollout_ref.model.use_fused_kernels": _NO_FUSED,
+    "trainer.trainer_config.actor_rollout_ref.model.fused_kernel_options.impl_backend": _NO_FUSED,
+    "trainer.trainer_config.actor_rollout_ref.actor.strategy": _STRATEGY,
+    "trainer.trainer_config.actor_rollout_ref.actor.shuffle": (
+        "not implemented: each pass reads the batch in order"
+    ),
+    "trainer.trainer_config.actor_rollout_ref.actor.ulysses_sequence_parallel_size": _NO_SP,
+    "trainer.trainer_config.actor_rollout_ref.actor.entropy_from_logits_with_chunking": (
+        _NO_CHUNKED_ENTROPY
+    ),
+    "trainer.trainer_config.actor_rollout_ref.actor.entropy_checkpointing": _NO_CHUNKED_ENTROPY,
+    "trainer.trainer_config.actor_rollout_ref.actor.checkpoint.load_contents": (
+        "not implemented: a resumed run loads every part its checkpoint holds"
+    ),
+    "trainer.trainer_config.actor_rollout_ref.actor.checkpoint.save_contents": (
+        "not implemented: a checkpoint always holds model, optimizer and extra state"
+    ),
+    "trainer.trainer_config.actor_rollout_ref.actor.optim.total_training_steps": (
+        "the policy's schedule spans the run's train steps"
+    ),
+    "trainer.trainer_config.actor_rollout_ref.ref.ulysses_sequence_parallel_size": _NO_SP,
+    "trainer.trainer_config.actor_rollout_ref.ref.entropy_from_logits_with_chunking": (
+        _NO_CHUNKED_ENTROPY
+    ),
+    "trainer.trainer_config.actor_rollout_ref.ref.entropy_checkpointing": _NO_CHUNKED_ENTROPY,
+    "trainer.trainer_config.actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": (
+        _ROLLOUT_LOGPROBS
+    ),
+    "trainer.trainer_config.actor_rollout_ref.rollout.log_prob_use_dynamic_bsz": _ROLLOUT_LOGPROBS,
+    "trainer.trainer_config.actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": (
+        _ROLLOUT_LOGPROBS
+    ),
+    "trainer.trainer_config.critic.strategy": _STRATEGY,
+    "trainer.trainer_config.critic.shuffle": "not implemented: each pass reads the batch in order",
+    "trainer.trainer_config.critic.ulysses_sequence_parallel_size": _NO_SP,
+    "trainer.trainer_config.critic.model.override_config": (
+        "not implemented: the critic model's own config.json is used"
+    ),
+    "trainer.trainer_config.critic.model.external_lib": (
+        "not implemented: use --plugin-dir to import code before the run"
+    ),
+    "trainer.trainer_config.critic.model.use_remove_padding": _PADDING,
+    **{
+        f"trainer.trainer_config.{owner}.fsdp_config.{key}": _FSDP
+        for owner in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic.model")
+        for key in (
+            "wrap_policy.transformer_layer_cls_to_wrap",
+            "wrap_policy.min_num_params",
+            "param_offload",
+            "optimizer_offload",
+            "fsdp_size",
+            "forward_prefetch",
+        )
+    },
+    "trainer.trainer_config.trainer.balance_batch": (
+        "not implemented: a batch is split over ranks by row count"
+    ),
+    "trainer.trainer_config.trainer.resume_mode": (
+        "not implemented: continue_from_checkpoint decides whether a run resumes"
+    ),
+    "trainer.trainer_config.trainer.resume_from_path": (
+        "not implemented: continue_from_checkpoint decides whether a run resumes"
+    ),
+    "trainer.trainer_config.trainer.default_hdfs_dir": "not implemented: no remote copy is made",
+    "trainer.trainer_config.trainer.remove_previous_ckpt_in_save": (
+        "not implemented: use max_actor_ckpt_to_keep"
+    ),
+    "trainer.trainer_config.trainer.del_local_ckpt_after_load": (
+        "not implemented: checkpoints stay after loading"
+    ),
+    "trainer.trainer_config.trainer.max_critic_ckpt_to_keep": (
+        "not implemented: the critic is kept with every checkpoint max_actor_ckpt_to_keep keeps"
+    ),
+    # services and pipelines
+    "service.data_juicer.server_url": _NO_SERVER,
+    "service.data_juicer.auto_start": _NO_SERVER,
+    "service.data_juicer.port": _NO_SERVER,
+    "data_processor.task_pipeline.num_process": (
+        "not implemented: the task pipeline runs in the driver's process"
+    ),
+}
+
+
+def schema_fields(cls: type = Config, prefix: str = "") -> dict[str, dataclasses.Field]:
+    """Every key of the schema (sections and leaves) -> its field, keyed as in docs/config.md."""
+    found: dict[str, dataclasses.Field] = {}
+    types = field_types(cls)
+    for f in dataclasses.fields(cls):
+        key = f"{prefix}{f.name}"
+        found[key] = f
+        nested, shape = nested_dataclass(types[f.name])
+        if nested is not None and nested is not cls:
+            found.update(schema_fields(nested, _child_prefix(key, shape)))
+    return found
+
+
+def nested_dataclass(tp: Any) -> tuple[type | None, str]:
+    """The dataclass inside ``tp`` and how it is held: ``"one"``, ``"list"`` or ``"dict"``."""
+    origin = typing.get_origin(tp)
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return tp, "one"
+    for arg in typing.get_args(tp):
+        found, shape = nested_dataclass(arg)
+        if found is not None:
+            if origin is list:
+                return found, "list"
+            if origin is dict:
+                return found, "dict"
+            return found, shape
+    return None, "one"
+
+
+def _child_prefix(key: str, shape: str) -> str:
+    return {"list": f"{key}[].", "dict": f"{key}.<name>."}.get(shape, f"{key}.")
+
+
+def default_of(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return to_plain(f.default_factory())  # type: ignore[misc]
+    return dataclasses.MISSING
+
+
+def set_without_effect(cfg: Config) -> list[tuple[str, str]]:
+    """``(key path, why)`` of each no-effect key that ``cfg`` sets to a non-default value.
+
+    ``cfg`` is the config as written (``read_config``), not resolved: resolve fills unset
+    keys from others, and only what the user wrote is reported. Stage overrides count too.
+    """
+    fields = schema_fields()
+    found = list(_walk(to_plain(cfg), Config, "", "", fields))
+    for index, stage in enumerate(cfg.stages):
+        for section in STAGE_SECTIONS:
+            override = getattr(stage, section)
+            if isinstance(override, Mapping):
+                cls = type(getattr(cfg, section))
+                found += _walk(override, cls, f"{section}.", f"stages[{index}].{section}.", fields)
+    return found
+
+
+def describe(found: list[tuple[str, str]]) -> str:
+    """The one line ``trinity run`` prints: ``accepted, no effect here: key (why), ...``."""
+    return "accepted, no effect here: " + ", ".join(f"{key} ({why})" for key, why in found)
+
+
+def _walk(
+    data: Mapping[str, Any],
+    cls: type,
+    pattern: str,
+    path: str,
+    fields: dict[str, dataclasses.Field],
+) -> Iterator[tuple[str, str]]:
+    types = field_types(cls)
+    for name, value in data.items():
+        if name not in types:
+            continue
+        key, where = f"{pattern}{name}", f"{path}{name}"
+        nested, shape = nested_dataclass(types[name])
+        if nested is None or value is None:
+            if key in NO_EFFECT and value != default_of(fields[key]):
+                yield where, NO_EFFECT[key]
+        elif shape == "list" and isinstance(value, list):
+            for i, item in enumerate(value):
+                if isinstance(item, Mapping):
+                    yield from _walk(item, nested, f"{key}[].", f"{where}[{i}].", fields)
+        elif shape == "dict" and isinstance(value, Mapping):
+            for entry, item in value.items():
+                if isinstance(item, Mapping):
+                    yield from _walk(item, nested, f"{key}.<name>.", f"{where}.{entry}.", fields)
+        elif isinstance(value, Mapping):
+            yield from _walk(value, nested, f"{key}.", f"{where}.", fields)
