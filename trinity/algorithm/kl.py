@@ -12,6 +12,11 @@ estimators of KL(pi || pi_ref) (Schulman, "Approximating KL divergence", 2020) a
 - ``k3``: exp(-log_ratio) - 1 + log_ratio        unbiased, low variance, >= 0
 - ``low_var_kl``: k3 clamped to [-10, 10] (its exponent to [-20, 20]), as GRPO uses it
 - ``abs``: |log_ratio|
+- ``corrected_k3``: clip(pi / pi_old, 0, 2) * k3, the importance-corrected k3 of
+  DeepSeek-V3.2 (arXiv:2512.02556). The samples come from pi_old, not pi, so plain k3
+  is a biased estimate of KL(pi || pi_ref) once the policy has moved; the ratio (with
+  its gradient) corrects the estimate and its gradient. Without ``old_logprobs`` (and in
+  ``apply_penalty``, where the policy is pi_old) it equals k3.
 - ``none``: 0 (no reference model needed)
 """
 
@@ -47,8 +52,14 @@ class KLFn(ABC):
     def estimate(self, log_ratio: torch.Tensor) -> torch.Tensor:
         """Per-token KL estimate from log(pi / pi_ref), same shape."""
 
-    def per_token(self, logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
-        """(B, R) KL estimate at each token."""
+    def per_token(
+        self,
+        logprobs: torch.Tensor,
+        ref_logprobs: torch.Tensor,
+        old_logprobs: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """(B, R) KL estimate at each token; ``old_logprobs`` (the sampling policy's) are
+        read by ``corrected_k3`` only."""
         return self.estimate(logprobs - ref_logprobs)
 
     def loss(
@@ -58,6 +69,7 @@ class KLFn(ABC):
         action_mask: torch.Tensor,
         loss_agg_mode: str = "token-mean",
         normalizer: LossNormalizer | None = None,
+        old_logprobs: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """``kl_coef`` * aggregated KL, to add to the actor loss (``kl_loss_fn``).
 
@@ -65,7 +77,10 @@ class KLFn(ABC):
         a mini-batch ``normalizer`` is given) and ``kl_coef``.
         """
         kl = aggregate_loss(
-            self.per_token(logprobs, ref_logprobs), action_mask, loss_agg_mode, normalizer
+            self.per_token(logprobs, ref_logprobs, old_logprobs),
+            action_mask,
+            loss_agg_mode,
+            normalizer,
         )
         return self.args.kl_coef * kl, {"kl_loss": kl.item(), "kl_coef": self.args.kl_coef}
 
@@ -104,6 +119,7 @@ class NoKL(KLFn):
         action_mask: torch.Tensor,
         loss_agg_mode: str = "token-mean",
         normalizer: LossNormalizer | None = None,
+        old_logprobs: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         return logprobs.new_zeros(()), {}
 
@@ -147,3 +163,21 @@ class LowVarKL(KLFn):
 class AbsKL(KLFn):
     def estimate(self, log_ratio: torch.Tensor) -> torch.Tensor:
         return log_ratio.abs()
+
+
+@KL_FN.register("corrected_k3")
+class CorrectedK3(K3):
+    """k3 weighted by the importance ratio pi / pi_old, clipped to [0, 2]."""
+
+    def per_token(
+        self,
+        logprobs: torch.Tensor,
+        ref_logprobs: torch.Tensor,
+        old_logprobs: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        k3 = self.estimate(logprobs - ref_logprobs)
+        if old_logprobs is None:
+            return k3
+        # the clamp of the exponent only guards exp against overflow; [0, 2] is the clip
+        ratio = torch.exp((logprobs - old_logprobs).clamp(max=20.0)).clamp(0.0, 2.0)
+        return ratio * k3

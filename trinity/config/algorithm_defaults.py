@@ -90,10 +90,30 @@ BUILTIN_PART_NAMES: dict[str, frozenset[str]] = {
             "step_wise_grpo",
         }
     ),
-    "policy_loss_fn": frozenset({"dpo", "gspo", "mix", "opmd", "ppo", "sft"}),
-    "kl_fn": frozenset({"none", "k1", "k2", "k3", "low_var_kl", "abs"}),
-    "entropy_loss_fn": frozenset({"default", "none"}),
-    "sample_strategy": frozenset({"default", "staleness_limit", "mix"}),
+    "policy_loss_fn": frozenset(
+        {
+            "cispo",
+            "dpo",
+            "gspo",
+            "importance_sampling",
+            "mix",
+            "mix_chord",
+            "opmd",
+            "ppo",
+            "rec",
+            "sapo",
+            "sft",
+            "sft_is",
+            "sft_phi",
+            "sppo",
+            "topr",
+        }
+    ),
+    "kl_fn": frozenset({"none", "k1", "k2", "k3", "low_var_kl", "abs", "corrected_k3"}),
+    "entropy_loss_fn": frozenset({"default", "mix", "none"}),
+    "sample_strategy": frozenset(
+        {"default", "staleness_control", "staleness_limit", "mix", "warmup"}
+    ),
 }
 # the registry (kind) each part name of the config is looked up in
 PART_KINDS = {

@@ -399,6 +399,8 @@ class Trainer:
         rl_mask = micro.rl_mask
         # mix picks its rollout and expert rows itself; other losses see rollout rows only
         loss_mask = micro.action_mask if "is_expert" in self.policy_loss.inputs else rl_mask
+        # only to losses that read it (mix_chord), so plugin losses keep the older signature
+        step = {"global_step": self.global_step} if "global_step" in self.policy_loss.inputs else {}
         loss, metrics = self.policy_loss(
             logprobs,
             loss_mask,
@@ -408,10 +410,16 @@ class Trainer:
             is_expert=micro.is_expert,
             normalizer=normalizer,
             expert_normalizer=expert_normalizer,
+            **step,
         )
         if micro.ref_logprobs is not None and self.config.algorithm.kl_loss_fn != NONE:
             kl_loss, kl_metrics = self.kl_loss.loss(
-                logprobs, micro.ref_logprobs, rl_mask, self.loss_agg_mode, normalizer
+                logprobs,
+                micro.ref_logprobs,
+                rl_mask,
+                self.loss_agg_mode,
+                normalizer,
+                old_logprobs=micro.old_logprobs,
             )
             loss = loss + kl_loss
             metrics.update(kl_metrics)

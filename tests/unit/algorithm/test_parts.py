@@ -25,10 +25,32 @@ def test_registries_hold_the_config_names():
         "remax",
         "rloo",
     ]
-    assert POLICY_LOSS_FN.names() == ["dpo", "gspo", "mix", "opmd", "ppo", "sft"]
-    assert KL_FN.names() == ["abs", "k1", "k2", "k3", "low_var_kl", "none"]
-    assert ENTROPY_LOSS_FN.names() == ["default", "none"]
-    assert SAMPLE_STRATEGY.names() == ["default", "mix", "staleness_limit"]
+    assert POLICY_LOSS_FN.names() == [
+        "cispo",
+        "dpo",
+        "gspo",
+        "importance_sampling",
+        "mix",
+        "mix_chord",
+        "opmd",
+        "ppo",
+        "rec",
+        "sapo",
+        "sft",
+        "sft_is",
+        "sft_phi",
+        "sppo",
+        "topr",
+    ]
+    assert KL_FN.names() == ["abs", "corrected_k3", "k1", "k2", "k3", "low_var_kl", "none"]
+    assert ENTROPY_LOSS_FN.names() == ["default", "mix", "none"]
+    assert SAMPLE_STRATEGY.names() == [
+        "default",
+        "mix",
+        "staleness_control",
+        "staleness_limit",
+        "warmup",
+    ]
 
 
 def test_unknown_arg_names_the_valid_ones():

@@ -1,6 +1,35 @@
 """Policy losses, one module per family; importing this package registers them."""
 
-from trinity.algorithm.policy_loss import dpo, gspo, mix, opmd, ppo, sft
+from trinity.algorithm.policy_loss import (
+    chord,
+    cispo,
+    dpo,
+    gspo,
+    importance_sampling,
+    mix,
+    opmd,
+    ppo,
+    rec,
+    sapo,
+    sft,
+    sppo,
+    topr,
+)
 from trinity.algorithm.policy_loss.base import PolicyLoss
 
-__all__ = ["PolicyLoss", "dpo", "gspo", "mix", "opmd", "ppo", "sft"]
+__all__ = [
+    "PolicyLoss",
+    "chord",
+    "cispo",
+    "dpo",
+    "gspo",
+    "importance_sampling",
+    "mix",
+    "opmd",
+    "ppo",
+    "rec",
+    "sapo",
+    "sft",
+    "sppo",
+    "topr",
+]

@@ -51,6 +51,7 @@ class PolicyLoss(ABC):
         is_expert: torch.Tensor | None = None,
         normalizer: LossNormalizer | None = None,
         expert_normalizer: LossNormalizer | None = None,
+        global_step: int | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """Compute the loss.
 
@@ -63,6 +64,8 @@ class PolicyLoss(ABC):
             is_expert: (B,) bool, rows that are demonstrations rather than rollouts.
             normalizer: ``LossNormalizer`` of the mini-batch (of its rollout rows for mix).
             expert_normalizer: ``LossNormalizer`` of the mini-batch's expert rows (mix).
+            global_step: the trainer's step count, 0 for the first update (mix_chord's
+                schedule of mu).
         """
 
     def require(self, **tensors: torch.Tensor | None) -> None:

@@ -54,6 +54,7 @@ class DPOLoss(PolicyLoss):
         is_expert: torch.Tensor | None = None,
         normalizer: LossNormalizer | None = None,
         expert_normalizer: LossNormalizer | None = None,
+        global_step: int | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         self.require(ref_logprobs=ref_logprobs)
         if logprobs.shape[0] % 2:

@@ -58,6 +58,7 @@ class GSPOPolicyLoss(PolicyLoss):
         is_expert: torch.Tensor | None = None,
         normalizer: LossNormalizer | None = None,
         expert_normalizer: LossNormalizer | None = None,
+        global_step: int | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         self.require(old_logprobs=old_logprobs, advantages=advantages)
         log_ratio = logprobs - old_logprobs

@@ -52,6 +52,7 @@ class MixPolicyLoss(PolicyLoss):
         is_expert: torch.Tensor | None = None,
         normalizer: LossNormalizer | None = None,
         expert_normalizer: LossNormalizer | None = None,
+        global_step: int | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         self.require(old_logprobs=old_logprobs, advantages=advantages, is_expert=is_expert)
         expert = is_expert.bool()

@@ -47,6 +47,7 @@ class OPMDPolicyLoss(PolicyLoss):
         is_expert: torch.Tensor | None = None,
         normalizer: LossNormalizer | None = None,
         expert_normalizer: LossNormalizer | None = None,
+        global_step: int | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         self.require(advantages=advantages)
         losses = -advantages * logprobs

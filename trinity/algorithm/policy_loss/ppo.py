@@ -9,6 +9,17 @@ With ratio rho_t = exp(logprobs - old_logprobs) and advantage A_t:
 The dual clip bounds the loss of a token whose ratio has exploded although its
 advantage is negative. l is reduced with ``loss_agg_mode``. The log-ratio is clamped to
 [-20, 20] before exponentiating so one stale token cannot overflow the batch.
+
+Two options of the ``ppo`` loss (off by default):
+
+- ``enable_sequence_masking`` (DeepSeek-V3.2, arXiv:2512.02556): a sequence whose mean
+  log(pi_old / pi_theta) over its valid tokens exceeds ``delta_sequence_masking`` has its
+  negative-advantage tokens dropped (l_t = 0 there); they are still counted by the
+  aggregation. Positive-advantage tokens of the sequence keep their loss.
+- ``fallback_to_policy_gradient``: rho_t is replaced by exp(logprobs - sg(logprobs)),
+  which is 1 with the gradient of pi_theta / pi_theta, so l_t = -A_t with gradient
+  -A_t * grad log pi: REINFORCE, ignoring the gap between the sampler's and the
+  trainer's log-probs (``ppo_kl`` then reads 0).
 """
 
 from __future__ import annotations
@@ -54,9 +65,16 @@ def clipped_pg_loss(
     action_mask: torch.Tensor,
     args: ClipArgs,
     normalizer: LossNormalizer | None,
+    *,
+    sequence_mask_delta: float | None = None,
+    fallback_to_policy_gradient: bool = False,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The PPO loss of the module docstring; returns (loss, metrics)."""
-    log_ratio = (logprobs - old_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    """The PPO loss of the module docstring; returns (loss, metrics).
+
+    ``sequence_mask_delta``: the KL bound of sequence masking (None: off).
+    """
+    behaviour = logprobs.detach() if fallback_to_policy_gradient else old_logprobs
+    log_ratio = (logprobs - behaviour).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(1.0 - args.clip_range_low, 1.0 + args.clip_range_high)
@@ -66,6 +84,16 @@ def clipped_pg_loss(
         bound = -advantages * args.clip_ratio_c
         lower_clipped = (advantages < 0) & (losses > bound)
         losses = torch.where(lower_clipped, bound, losses)
+    seq_metrics = {}
+    if sequence_mask_delta is not None:
+        with torch.no_grad():
+            seq_kl = masked_mean(-log_ratio, action_mask, dim=-1)  # (B,)
+            dropped = (advantages < 0) & (seq_kl > sequence_mask_delta)[:, None]
+            seq_metrics = {
+                "seq_mask_frac": masked_mean(dropped.float(), action_mask).item(),
+                "seq_mask_kl": seq_kl[action_mask.bool().any(dim=-1)].mean().nan_to_num().item(),
+            }
+        losses = torch.where(dropped, torch.zeros_like(losses), losses)
     loss = aggregate_loss(losses, action_mask, args.loss_agg_mode, normalizer)
     with torch.no_grad():
         metrics = {
@@ -73,6 +101,7 @@ def clipped_pg_loss(
             "pg_clipfrac": masked_mean((clipped > unclipped).float(), action_mask).item(),
             "pg_clipfrac_lower": masked_mean(lower_clipped.float(), action_mask).item(),
             "ppo_kl": masked_mean(-log_ratio, action_mask).item(),
+            **seq_metrics,
         }
     return loss, metrics
 
@@ -81,7 +110,19 @@ def clipped_pg_loss(
 class PPOPolicyLoss(PolicyLoss):
     """Clipped surrogate objective on rollout tokens."""
 
-    Args = ClipArgs
+    @dataclass
+    class Args(ClipArgs):
+        enable_sequence_masking: bool = False  # drop A < 0 tokens of sequences that drifted
+        delta_sequence_masking: float = 0.1  # mean log(pi_old / pi) above which they drop
+        fallback_to_policy_gradient: bool = False  # rho := 1 with the gradient of log pi
+
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            if self.delta_sequence_masking < 0:
+                raise ValueError(
+                    f"delta_sequence_masking must be >= 0, got {self.delta_sequence_masking}"
+                )
+
     inputs = frozenset({"old_logprobs", "advantages"})
 
     def __call__(
@@ -95,8 +136,19 @@ class PPOPolicyLoss(PolicyLoss):
         is_expert: torch.Tensor | None = None,
         normalizer: LossNormalizer | None = None,
         expert_normalizer: LossNormalizer | None = None,
+        global_step: int | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         self.require(old_logprobs=old_logprobs, advantages=advantages)
+        args = self.args
         return clipped_pg_loss(
-            logprobs, old_logprobs, advantages, action_mask, self.args, normalizer
+            logprobs,
+            old_logprobs,
+            advantages,
+            action_mask,
+            args,
+            normalizer,
+            sequence_mask_delta=args.delta_sequence_masking
+            if args.enable_sequence_masking
+            else None,
+            fallback_to_policy_gradient=args.fallback_to_policy_gradient,
         )

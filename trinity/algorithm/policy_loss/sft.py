@@ -50,6 +50,7 @@ class SFTLoss(PolicyLoss):
         is_expert: torch.Tensor | None = None,
         normalizer: LossNormalizer | None = None,
         expert_normalizer: LossNormalizer | None = None,
+        global_step: int | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         loss = nll_loss(logprobs, action_mask, self.args.loss_agg_mode, normalizer)
         return loss, {"sft_loss": loss.item()}
