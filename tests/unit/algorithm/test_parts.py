@@ -18,12 +18,24 @@ from trinity.types import Experience
 
 def test_registries_hold_the_config_names():
     assert ADVANTAGE_FN.names() == [
+        "asymre",
+        "asymre_verl",
+        "clipb",
+        "clipv",
+        "gigpo",
         "grpo",
+        "grpo_verl",
+        "jsd",
+        "on_policy_distill",
         "opmd",
+        "opmd_verl",
         "ppo",
+        "rec",
+        "reinforce",
         "reinforceplusplus",
         "remax",
         "rloo",
+        "step_wise_grpo",
     ]
     assert POLICY_LOSS_FN.names() == [
         "cispo",
