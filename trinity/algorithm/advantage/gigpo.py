@@ -53,7 +53,9 @@ def discounted_step_returns(
     return returns
 
 
-def normalised(values: torch.Tensor, group_ids: torch.Tensor, fnorm: str, epsilon: float):
+def normalised(
+    values: torch.Tensor, group_ids: torch.Tensor, fnorm: str, epsilon: float
+) -> torch.Tensor:
     """(values - group mean) / F_norm; 0 for a group of one."""
     stats = group_stats(values, group_ids)
     centred = values - stats.mean
