@@ -36,11 +36,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from trinity.launch.process_policy import apply_to_driver
 
     apply_to_driver()  # this process is the run's driver: before torch and Ray are imported
-    from trinity.config import ConfigError, dry_run_report, load_config
+    from trinity.config import ConfigError, dry_run_report, load_config, read_config
+    from trinity.config.lookups import check_lookups
+    from trinity.config.no_effect import describe, set_without_effect
 
     _load_plugins(args.plugin_dir)
     try:
         config = load_config(args.config, args.overrides)
+        # the names and data paths the run will look up, on this machine, with the plugins
+        check_lookups(config)
+        # what the file and overrides set, before resolve fills in the rest
+        no_effect = set_without_effect(read_config(args.config, args.overrides))
     except ConfigError as err:
         print(f"trinity: config error: {err}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
@@ -53,8 +59,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if dtype_note:
         print(f"trinity: {dtype_note}", file=sys.stderr)
     if args.dry_run:
-        print(dry_run_report(config))
+        print(dry_run_report(config, no_effect=no_effect))
         return 0
+    if no_effect:
+        print(f"trinity: {describe(no_effect)}", file=sys.stderr)
     from trinity.launch.cluster import ClusterError
     from trinity.launch.run import RunError, run
 

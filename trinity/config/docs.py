@@ -13,6 +13,7 @@ import typing
 from typing import Any
 
 from trinity.config import Config
+from trinity.config.no_effect import NO_EFFECT
 
 HEADER = """# Config reference
 
@@ -20,7 +21,9 @@ Every field of the YAML config, generated from the schema (`trinity/config/schem
 `python -m trinity.config.docs > docs/config.md`. Keys are shown as dotted paths; list
 items as `[]`. Defaults marked *derived* are computed by the resolve step (see
 `docs/architecture.md`). `trinity run --config FILE --dry-run` prints a config with
-every value resolved.
+every value resolved. Keys whose meaning starts with *no effect here* are accepted for
+compatibility with configs written for veRL and vLLM and do nothing in this project
+(`trinity/config/no_effect.py`); `trinity run` lists those a config sets.
 """
 
 
@@ -66,7 +69,10 @@ def _rows(cls: type, prefix: str, seen: set[type]) -> list[tuple[str, str, str, 
             typing.get_origin(a) is list for a in typing.get_args(tp)
         )
         is_dict = typing.get_origin(tp) is dict
-        rows.append((key, _type_name(tp), _default(f), f.metadata.get("help", "")))
+        help_text = f.metadata.get("help", "")
+        if key in NO_EFFECT:
+            help_text = f"no effect here ({NO_EFFECT[key]}): {help_text}"
+        rows.append((key, _type_name(tp), _default(f), help_text))
         if nested is not None and nested not in seen:
             child = f"{key}[]." if is_list else (f"{key}.<name>." if is_dict else f"{key}.")
             rows.extend(_rows(nested, child, seen | {nested}))

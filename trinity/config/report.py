@@ -8,19 +8,26 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 
 from trinity.config.loader import to_yaml
+from trinity.config.no_effect import describe
 from trinity.config.resolve import train_steps
 from trinity.config.schema import Config
 
 
 def dry_run_report(
-    cfg: Config, *, gpus_available: int | None = None, cpus: int | None = None
+    cfg: Config,
+    *,
+    gpus_available: int | None = None,
+    cpus: int | None = None,
+    no_effect: Sequence[tuple[str, str]] = (),
 ) -> str:
     """Human-readable report of a resolved config.
 
     ``gpus_available`` (GPUs on this machine, if known) turns a GPU cluster config into a
-    CPU plan when it is 0; ``cpus`` defaults to this machine's CPU count.
+    CPU plan when it is 0; ``cpus`` defaults to this machine's CPU count. ``no_effect``:
+    the keys the config sets that do nothing here (``no_effect.set_without_effect``).
     """
     on_cpu = cfg.cluster.gpu_per_node == 0 or gpus_available == 0
     ranks = _trainer_ranks(cfg, on_cpu)
@@ -34,6 +41,8 @@ def dry_run_report(
     lines += _cpu_lines(cfg, ranks, cpus or os.cpu_count() or 1) if on_cpu else _gpu_lines(cfg)
     if cfg.stages:
         lines += ["", "# Stages (run in order)"] + _stage_lines(cfg)
+    if no_effect:
+        lines += ["", "# Keys without effect", describe(list(no_effect))]
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,202 @@
+"""What a run will look up, checked before it starts: registered names and data paths.
+
+``trinity run`` (and ``--dry-run``) calls ``check_lookups`` after ``load_config`` and the
+``--plugin-dir`` imports, so a workflow, reward function or pipeline operator the run
+could not find, or a dataset path that holds nothing, fails in one line naming the key
+instead of when the explorer or trainer starts. These checks depend on this machine
+(its files, the plugins imported, the modules installed), so they are not part of
+``validate``, which judges the config alone.
+
+A name is valid when it is built in, registered by a plugin, or a dotted path
+``pkg.module.Name`` that imports. Built-in names are known from ``BUILTIN_NAMES`` without
+importing the registries (which import torch); a test compares it with them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+from collections.abc import Iterator
+from datetime import datetime
+
+from trinity.config.errors import ConfigError, closest
+from trinity.config.schema import Config, StorageConfig
+
+# registry kind -> (module whose import registers the built-ins, registry attribute)
+REGISTRIES = {
+    "workflow": ("trinity.workflows", "WORKFLOWS"),
+    "reward function": ("trinity.rewards", "REWARD_FNS"),
+    "experience operator": ("trinity.pipeline", "EXPERIENCE_OPERATORS"),
+    "task operator": ("trinity.pipeline", "TASK_OPERATORS"),
+}
+BUILTIN_NAMES: dict[str, frozenset[str]] = {
+    "workflow": frozenset(
+        {
+            "countdown_workflow",
+            "env_workflow",
+            "llm_judge_workflow",
+            "math_boxed_workflow",
+            "math_workflow",
+            "tool_call_workflow",
+        }
+    ),
+    "reward function": frozenset(
+        {
+            "accuracy_reward",
+            "countdown_reward",
+            "format_reward",
+            "math_boxed_reward",
+            "math_format_reward",
+            "math_reward",
+        }
+    ),
+    "experience operator": frozenset(
+        {
+            "data_juicer",
+            "invalid_reward_filter",
+            "pass_rate_stats",
+            "reward_shaping_mapper",
+            "zero_variance_filter",
+        }
+    ),
+    "task operator": frozenset({"data_juicer", "dedupe", "value_filter"}),
+}
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+$")
+
+
+def check_lookups(cfg: Config, *, now: datetime | None = None) -> None:
+    """Raise ``ConfigError`` for the first name or data path the run could not find.
+
+    ``cfg`` is resolved (``load_config``); with ``stages`` every stage is checked.
+    """
+    if not cfg.stages:
+        _check_stage(cfg)
+        return
+    from trinity.config.stages import expand_stages
+
+    stages = expand_stages(cfg, now=now or datetime.now())
+    for stage, staged in zip(cfg.stages, stages, strict=True):
+        try:
+            _check_stage(staged)
+        except ConfigError as err:
+            raise err.within(f"stage '{stage.stage_name}'") from err
+
+
+def check_name(path: str, kind: str, name: str) -> None:
+    """``name`` is a built-in, plugin-registered or importable ``kind``; else ConfigError."""
+    if name in BUILTIN_NAMES[kind]:
+        return
+    module, attr = REGISTRIES[kind]
+    registry = getattr(importlib.import_module(module), attr)
+    try:
+        registry.get(name)
+    except Exception as exc:  # a dotted path's module may fail to import in any way
+        known = registry.names()
+        valid = "registered: " + ", ".join(known) + "; or a dotted path pkg.module.Name"
+        if "." in name:
+            cause = exc.__cause__ or exc  # the registry wraps the import's own error
+            problem = f"cannot import {kind} ({type(cause).__name__}: {_first_line(cause)})"
+            raise ConfigError(path, problem, value=name, valid=valid) from None
+        raise ConfigError(
+            path, f"unknown {kind}", value=name, valid=valid, suggestion=closest(name, known)
+        ) from None
+
+
+def check_data_path(path: str, given: str) -> None:
+    """``given`` names a local file or directory; else ConfigError saying what to do."""
+    if os.path.exists(os.path.expanduser(given)):
+        return
+    where = "" if os.path.isabs(given) else f" (relative to {os.getcwd()})"
+    valid = "the path of an existing data file or dataset directory"
+    if _HUB_ID.match(given):  # owner/name: datasets are never downloaded (buffer/file_reader.py)
+        where += ", and datasets are never downloaded from a hub"
+        valid += (
+            f"; for a hub dataset: huggingface-cli download --repo-type dataset {given} "
+            "--local-dir DIR, then set the path to DIR"
+        )
+    raise ConfigError(path, f"no such file or directory{where}", value=given, valid=valid)
+
+
+def _check_stage(cfg: Config) -> None:
+    for path, kind, name in _names(cfg):
+        check_name(path, kind, name)
+    for path, given in _data_paths(cfg):
+        check_data_path(path, given)
+
+
+def _names(cfg: Config) -> Iterator[tuple[str, str, str]]:
+    """``(key path, registry kind, name)`` of every name the run will look up."""
+    buffer, ei = cfg.buffer, cfg.buffer.explorer_input
+    if cfg.mode in ("both", "explore", "bench"):
+        levels = [("buffer", buffer), ("buffer.explorer_input", ei)]
+        for prefix, owner in levels:
+            yield from _task_names(prefix, owner)
+        if ei.default_eval_workflow_type:
+            yield (
+                "buffer.explorer_input.default_eval_workflow_type",
+                "workflow",
+                ei.default_eval_workflow_type,
+            )
+        for prefix, storage in _tasksets(cfg):
+            yield from _task_names(prefix, storage)
+    pipelines = cfg.data_processor
+    if cfg.mode in ("both", "explore"):
+        for i, op in enumerate(pipelines.experience_pipeline.operators):
+            path = f"data_processor.experience_pipeline.operators[{i}].name"
+            yield path, "experience operator", op.name
+        if pipelines.task_pipeline is not None:
+            for i, op in enumerate(pipelines.task_pipeline.operators):
+                yield f"data_processor.task_pipeline.operators[{i}].name", "task operator", op.name
+
+
+def _task_names(prefix: str, owner: object) -> Iterator[tuple[str, str, str]]:
+    workflow = getattr(owner, "default_workflow_type", None)
+    reward = getattr(owner, "default_reward_fn_type", None)
+    if workflow:
+        yield f"{prefix}.default_workflow_type", "workflow", workflow
+    if reward:
+        yield f"{prefix}.default_reward_fn_type", "reward function", reward
+
+
+def _tasksets(cfg: Config) -> Iterator[tuple[str, StorageConfig]]:
+    """The tasksets the explorer reads in this mode, with their key paths."""
+    ei = cfg.buffer.explorer_input
+    if cfg.mode in ("both", "explore"):
+        for i, taskset in enumerate(ei.tasksets):
+            yield f"buffer.explorer_input.tasksets[{i}]", taskset
+    if cfg.mode in ("both", "explore", "bench"):
+        for i, taskset in enumerate(ei.eval_tasksets):
+            yield f"buffer.explorer_input.eval_tasksets[{i}]", taskset
+
+
+def _data_paths(cfg: Config) -> Iterator[tuple[str, str]]:
+    """``(key path, path)`` of every local dataset the run will read."""
+    pipeline = cfg.data_processor.task_pipeline
+    piped = pipeline is not None and cfg.mode in ("both", "explore")
+    storages = [
+        (prefix, storage)
+        for prefix, storage in _tasksets(cfg)
+        # the task pipeline writes the first training taskset's data
+        if not (piped and prefix == "buffer.explorer_input.tasksets[0]")
+    ]
+    ti = cfg.buffer.trainer_input
+    if cfg.mode in ("both", "train"):
+        storages += [
+            (f"buffer.trainer_input.auxiliary_buffers.{key}", storage)
+            for key, storage in ti.auxiliary_buffers.items()
+        ]
+    if cfg.mode == "train" and ti.experience_buffer is not None:
+        storages.append(("buffer.trainer_input.experience_buffer", ti.experience_buffer))
+    for prefix, storage in storages:
+        if storage.storage_type == "file" and storage.path:
+            yield f"{prefix}.path", storage.path
+    if piped:
+        assert pipeline is not None
+        for i, given in enumerate(pipeline.inputs):
+            yield f"data_processor.task_pipeline.inputs[{i}]", given
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
