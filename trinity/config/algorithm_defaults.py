@@ -52,6 +52,9 @@ ALGORITHM_DEFAULTS: dict[str, AlgorithmDefaults] = {
         "reinforceplusplus", "ppo", NONE, "k2", "default", "default", False, False, False
     ),
     "gspo": AlgorithmDefaults("grpo", "gspo", NONE, NONE, "default", "default", False, False, True),
+    # -- types composed of existing parts --
+    # -- on-policy distillation (a teacher among explorer.auxiliary_models) --
+    # -- DAPO, multi-step and filtering types --
 }
 
 PART_NAMES = (
