@@ -19,8 +19,10 @@ import os
 import re
 from collections.abc import Iterator
 from datetime import datetime
+from pathlib import Path
 
 from trinity.config.errors import ConfigError, closest
+from trinity.config.resolve import job_dir as job_dir_of
 from trinity.config.schema import Config, StorageConfig
 
 # registry kind -> (module whose import registers the built-ins, registry attribute)
@@ -63,6 +65,8 @@ BUILTIN_NAMES: dict[str, frozenset[str]] = {
     "task operator": frozenset({"data_juicer", "dedupe", "value_filter"}),
 }
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+$")
+_STEP_DIR = re.compile(r"^global_step_(\d+)$")  # trinity/trainer/checkpoint.py's layout
+RESUME_FROM_PATH = "trainer.trainer_config.trainer.resume_from_path"
 
 
 def check_lookups(cfg: Config, *, now: datetime | None = None) -> None:
@@ -118,11 +122,37 @@ def check_data_path(path: str, given: str) -> None:
     raise ConfigError(path, f"no such file or directory{where}", value=given, valid=valid)
 
 
+def checkpoint_step(path: str, given: str, job_dir: Path) -> int:
+    """The step of the full checkpoint ``given`` names: ``<job_dir>/global_step_<N>``
+    (or a path inside it); else ConfigError."""
+    job_dir = Path(job_dir).resolve()
+    candidate = Path(given).expanduser().resolve()
+    found = next((p for p in (candidate, *candidate.parents) if _STEP_DIR.match(p.name)), None)
+    valid = f"a global_step_<N> directory of this run's job dir {job_dir}"
+    if found is None or found.parent != job_dir:
+        raise ConfigError(path, "is not a checkpoint of this run", value=given, valid=valid)
+    if not any(found.glob("actor/optim_world_size_*.pt")):
+        raise ConfigError(
+            path, "holds no full checkpoint (model and optimizer)", value=given, valid=valid
+        )
+    match = _STEP_DIR.match(found.name)
+    assert match is not None
+    return int(match.group(1))
+
+
 def _check_stage(cfg: Config) -> None:
     for path, kind, name in _names(cfg):
         check_name(path, kind, name)
     for path, given in _data_paths(cfg):
         check_data_path(path, given)
+    tc = cfg.trainer.trainer_config
+    if (
+        cfg.mode in ("both", "train")
+        and cfg.continue_from_checkpoint
+        and tc is not None
+        and tc.trainer.resume_mode == "resume_path"
+    ):
+        checkpoint_step(RESUME_FROM_PATH, tc.trainer.resume_from_path, job_dir_of(cfg))
 
 
 def _names(cfg: Config) -> Iterator[tuple[str, str, str]]:

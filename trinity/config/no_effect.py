@@ -119,12 +119,6 @@ NO_EFFECT: dict[str, str] = {
     "trainer.trainer_config.trainer.balance_batch": (
         "not implemented: a batch is split over ranks by row count"
     ),
-    "trainer.trainer_config.trainer.resume_mode": (
-        "not implemented: continue_from_checkpoint decides whether a run resumes"
-    ),
-    "trainer.trainer_config.trainer.resume_from_path": (
-        "not implemented: continue_from_checkpoint decides whether a run resumes"
-    ),
     "trainer.trainer_config.trainer.default_hdfs_dir": "not implemented: no remote copy is made",
     "trainer.trainer_config.trainer.remove_previous_ckpt_in_save": (
         "not implemented: use max_actor_ckpt_to_keep"

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from trinity.config import Config
+from trinity.config.lookups import RESUME_FROM_PATH, checkpoint_step
 from trinity.trainer import checkpoint as ckpt
 
 logger = logging.getLogger("trinity.launch")
@@ -33,14 +34,27 @@ EXPLORER_META = "explorer_meta.json"
 
 
 def resume_step(config: Config, job_dir: Path) -> int:
-    """The step a run of ``config`` resumes after (0: from the start)."""
+    """The step a run of ``config`` resumes after (0: from the start).
+
+    ``trainer.trainer_config.trainer.resume_mode`` (veRL's names): ``auto`` resumes after
+    the newest full checkpoint, ``disable`` starts from step 0 in the same job dir (its
+    checkpoints are overwritten as the steps are saved again), ``resume_path`` resumes
+    after the checkpoint ``resume_from_path`` names, a ``global_step_<N>`` of this job.
+    """
     if not config.continue_from_checkpoint:
+        return 0
+    tc = config.trainer.trainer_config
+    resume_mode = tc.trainer.resume_mode if tc is not None else "auto"
+    if resume_mode == "disable":
         return 0
     if config.mode == "explore":
         meta = ckpt.read_json(Path(job_dir) / EXPLORER_META) or {}
         return int(meta.get("latest_iteration", 0))
     if Path(job_dir).is_dir():  # this run's trainer is the job's only writer, not started yet
         ckpt.restore_replaced(job_dir)
+    if resume_mode == "resume_path":
+        assert tc is not None
+        return checkpoint_step(RESUME_FROM_PATH, tc.trainer.resume_from_path, job_dir)
     return ckpt.read_latest(job_dir) or 0
 
 

@@ -331,10 +331,10 @@ class TrainerRole:
 
     def _resume(self, step: int) -> None:
         """Continue after the full checkpoint of ``step`` (model, optimizer, LR, RNG)."""
-        resumed = self.trainer.load_checkpoint(self.job_dir)
+        resumed = self.trainer.load_checkpoint(self.job_dir, step)
         if resumed != step:
             raise RuntimeError(
-                f"asked to resume after step {step} but the newest full checkpoint in "
+                f"asked to resume after step {step} but the full checkpoint loaded from "
                 f"{self.job_dir} is step {resumed}"
             )
         if self.input.dataset is not None:  # sft/dpo: every step read rows_per_step rows

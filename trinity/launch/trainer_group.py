@@ -117,8 +117,8 @@ class TrainerGroup:
     def export_hf(self, job_dir: Path, step: int) -> Path:
         return self._on_all_ranks("export_hf", job_dir, step)
 
-    def load_checkpoint(self, job_dir: Path) -> int:
-        return self._on_all_ranks("load_checkpoint", job_dir)
+    def load_checkpoint(self, job_dir: Path, step: int | None = None) -> int:
+        return self._on_all_ranks("load_checkpoint", job_dir, step)
 
     def shutdown(self) -> None:
         from trinity.trainer import distributed

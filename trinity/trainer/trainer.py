@@ -564,9 +564,10 @@ class Trainer:
             pointer=ckpt.LATEST_STATE_DICT,
         )
 
-    def load_checkpoint(self, job_dir: Path) -> int:
-        """Resume from the newest full checkpoint; returns its step (0 when none)."""
-        step = ckpt.read_latest(job_dir)
+    def load_checkpoint(self, job_dir: Path, step: int | None = None) -> int:
+        """Resume from the full checkpoint of ``step`` (None: the newest); returns its step
+        (0 when there is none)."""
+        step = step or ckpt.read_latest(job_dir)
         if not step:
             return 0
         if self.world_size > 1:

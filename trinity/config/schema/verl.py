@@ -212,9 +212,12 @@ class VerlLoopConfig:
     balance_batch: bool = setting(True, "balance tokens across ranks when splitting a batch")
     resume_mode: Literal["auto", "disable", "resume_path"] = setting(
         "auto",
-        "auto: latest checkpoint if any; disable: from scratch; resume_path: resume_from_path",
+        "where a run with continue_from_checkpoint resumes: auto after the newest full "
+        "checkpoint; disable from step 0 in the same job dir; resume_path after resume_from_path",
     )
-    resume_from_path: str = setting("", "checkpoint directory used when resume_mode is resume_path")
+    resume_from_path: str = setting(
+        "", "a global_step_<N> directory of this run's job dir (resume_mode resume_path)"
+    )
     critic_warmup: int = setting(0, "steps that train only the critic before the policy is updated")
     nnodes: int | None = setting(
         None, "nodes the trainer ranks run on; unset: from cluster (1 on CPU)"
