@@ -206,3 +206,16 @@ def test_dry_run_lists_the_keys_without_effect_it_sets(
         "accepted, no effect here: "
         "trainer.trainer_config.actor_rollout_ref.actor.fsdp_config.param_offload (GPU-only"
     ) in done.stdout
+
+
+def test_resume_from_path_must_be_a_checkpoint_of_this_run(
+    data: dict[str, Any], tmp_path: Path
+) -> None:
+    data["trainer"] = {
+        "trainer_config": {
+            "trainer": {"resume_mode": "resume_path", "resume_from_path": str(tmp_path / "x")}
+        }
+    }
+    err = failure(data)
+    assert err.path == "trainer.trainer_config.trainer.resume_from_path"
+    assert "global_step_<N> directory of this run's job dir" in err.valid

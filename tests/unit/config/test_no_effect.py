@@ -160,3 +160,11 @@ def test_a_default_config_reports_nothing(minimal: dict[str, Any]) -> None:
 def test_the_line_names_each_key_and_why() -> None:
     line = describe([("a.b", "vLLM-only"), ("c", "GPU-only")])
     assert line == "accepted, no effect here: a.b (vLLM-only), c (GPU-only)"
+
+
+def test_the_reference_marks_every_key_without_effect() -> None:
+    from trinity.config.docs import render
+
+    rows = {line.split("`")[1]: line for line in render().splitlines() if line.startswith("| `")}
+    for key, why in NO_EFFECT.items():
+        assert f"| no effect here ({why}): " in rows[key], key
