@@ -9,9 +9,10 @@ Loss-valued metrics (``pg_loss``, ``sft_loss``, ...) are this micro-batch's shar
 add up the same way; ratio-valued metrics (``pg_clipfrac``, ``ppo_kl``, ...) are means
 over this micro-batch's valid tokens.
 
-``inputs`` lists the optional keyword tensors a loss reads, so the trainer knows what to
-compute (e.g. reference log-probs only when some part needs them); the loss raises
-``MissingInputError`` if one of them is not given.
+``inputs`` lists the optional keyword inputs a loss reads, so the trainer knows what to
+compute (e.g. reference log-probs only when some part needs them; ``global_step`` is
+passed only to a loss that lists it); the loss raises ``MissingInputError`` if one of
+them is not given.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ class PolicyLoss(ABC):
     class Args:
         pass
 
-    # keyword tensors of __call__ this loss reads (besides logprobs and action_mask)
+    # keyword inputs of __call__ this loss reads (besides logprobs and action_mask)
     inputs: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, args: Any = None) -> None:
@@ -68,9 +69,9 @@ class PolicyLoss(ABC):
                 schedule of mu).
         """
 
-    def require(self, **tensors: torch.Tensor | None) -> None:
+    def require(self, **given: torch.Tensor | int | None) -> None:
         """Raise ``MissingInputError`` naming every required input that is None."""
-        missing = [name for name, value in tensors.items() if value is None]
+        missing = [name for name, value in given.items() if value is None]
         if missing:
             raise MissingInputError(
                 f"{type(self).__name__} needs {', '.join(missing)}; the trainer must pass "
