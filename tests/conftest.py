@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 import torch
-
-# The suite runs the dtypes its configs name, bf16 included, on any CPU (its models are
-# tiny); trinity run's float32 fallback on CPUs without bf16 matmuls is tested in
-# tests/unit/utils/test_cpu.py. Child processes (trinity run) inherit it.
-os.environ.setdefault("TRINITY_KEEP_BF16", "1")
 
 # Tests that start Ray (a local instance, `ray start` nodes, `trinity run`) or run a whole
 # job: with xdist (`make test` passes `-n 2`) one worker runs them one after another,

@@ -152,7 +152,12 @@ def start(
 ) -> subprocess.Popen:
     """``hold_step_3``: the run's explorer log; its rewards then wait once step 3 began."""
     # a session of its own: the run, its Ray processes and actors form one process group
-    env = {**os.environ, "ROOT": str(root), "MODEL": str(model)}
+    # bf16 on every CPU: in float32 two uninterrupted runs of this config already differ
+    # (by about 3e-3 in the embeddings after 4 steps, measured on an AVX2 EPYC): a row's
+    # rollout log-probs vary in their last bits with the rows that share its decode batch,
+    # which depends on the two runners' timing, and AdamW turns such differences into
+    # lr-sized steps. In bf16 the runs agree bit for bit.
+    env = {**os.environ, "ROOT": str(root), "MODEL": str(model), "TRINITY_KEEP_BF16": "1"}
     if hold_step_3 is not None:
         env["HOLD_STEP_3_OF_LOG"] = str(hold_step_3)
     with open(log, "w") as out:
