@@ -70,7 +70,10 @@ class Experience:
     advantages: torch.Tensor | None = None  # (R,) filled by the advantage function
     returns: torch.Tensor | None = None  # (R,) filled by GAE / advantage function
     eid: EID = field(default_factory=EID)
-    info: dict[str, Any] = field(default_factory=dict)  # model_version, task fields, ...
+    # model_version, task fields, ...; a multi-step workflow's steps (one experience per
+    # step, eid.run = trajectory, eid.step = turn) may set "anchor_id" (int id of the
+    # environment state the step acted from, gigpo) and "step_reward" (immediate reward)
+    info: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)  # reward components, ...
     prompt_text: str | None = None
     response_text: str | None = None

@@ -8,8 +8,8 @@ from it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from trinity.config.errors import ConfigError, closest
 
@@ -34,6 +34,10 @@ class AlgorithmDefaults:
     needs_group: bool  # compares rollouts of the same task, so repeat_times must be > 1
     fixed_repeat_times: int | None = None  # dpo: one chosen and one rejected response
     use_rollout: bool = True  # False: trains on a dataset (mode train), no explorer
+    # arguments of the row's own policy loss, used when the config gives none (dapo's clip)
+    policy_loss_fn_args: dict[str, Any] = field(default_factory=dict)
+    dynamic_sampling: bool = False  # algorithm.dynamic_sampling.enable when unset (dapo)
+    best_of_group: bool = False  # train only on each group's best-rewarded rollouts (raft)
 
 
 ALGORITHM_DEFAULTS: dict[str, AlgorithmDefaults] = {
@@ -55,6 +59,20 @@ ALGORITHM_DEFAULTS: dict[str, AlgorithmDefaults] = {
     # -- types composed of existing parts --
     # -- on-policy distillation (a teacher among explorer.auxiliary_models) --
     # -- DAPO, multi-step and filtering types --
+    "dapo": AlgorithmDefaults(
+        *("grpo", "ppo", NONE, NONE, "default", "default", False, False, True),
+        policy_loss_fn_args={"clip_range_low": 0.2, "clip_range_high": 0.28, "clip_ratio_c": None},
+        dynamic_sampling=True,
+    ),
+    "multi_step_grpo": AlgorithmDefaults(
+        "step_wise_grpo", "ppo", NONE, "k2", "default", "default", False, False, True
+    ),
+    "gigpo": AlgorithmDefaults(
+        "gigpo", "ppo", NONE, "k2", "default", "default", False, False, True
+    ),
+    "raft": AlgorithmDefaults(
+        NONE, "sft", NONE, NONE, NONE, "default", False, False, True, best_of_group=True
+    ),
 }
 
 PART_NAMES = (

@@ -88,6 +88,12 @@ def _resolve_algorithm(cfg: Config) -> None:
             setattr(algo, part, getattr(table, part))
     if table.fixed_repeat_times is not None:
         algo.repeat_times = table.fixed_repeat_times
+    # the row's loss arguments (dapo's clip-higher) go with the row's own loss, and only
+    # when the config gives none: a user's arguments are taken as written
+    if algo.policy_loss_fn == table.policy_loss_fn and not algo.policy_loss_fn_args:
+        algo.policy_loss_fn_args = dict(table.policy_loss_fn_args)
+    if algo.dynamic_sampling.enable is None:
+        algo.dynamic_sampling.enable = table.dynamic_sampling
     if algo.use_critic is None:
         algo.use_critic = table.use_critic
     if algo.use_reference is None:

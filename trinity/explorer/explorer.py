@@ -20,9 +20,12 @@ import trinity.rewards  # noqa: F401
 import trinity.workflows  # noqa: F401  (registers the built-in workflows)
 from trinity.buffer.task_reader import TasksetExhausted, TasksetMix, TasksetReader
 from trinity.config import Config
+from trinity.config.algorithm_defaults import defaults_for
+from trinity.explorer.best_of_group import keep_best_of_group
+from trinity.explorer.dynamic_sampling import Fill, fill_groups
 from trinity.explorer.engines import ModelReplicas, RolloutEngines
 from trinity.explorer.metrics import eval_metrics, rollout_metrics, score
-from trinity.explorer.runner import RunnerPool
+from trinity.explorer.runner import RunnerPool, RunResult
 from trinity.types import Experience, Task
 
 
@@ -150,23 +153,63 @@ class Explorer:
     def model_version(self) -> int:
         return self.engines.model_version
 
-    def explore_step(self, step: int) -> tuple[list[Experience], dict[str, float]] | None:
-        """Roll out one batch of tasks; None when the taskset is exhausted."""
-        if self.taskset is None:
-            raise RuntimeError("explore_step needs buffer.explorer_input.taskset")
+    def _roll_out(self, step: int, round_: int, result: RunResult) -> list[Experience] | None:
+        """Round ``round_`` of explore step ``step``: the next batch of tasks rolled out
+        (counts added to ``result``); None when the taskset is exhausted."""
         try:
             tasks = self.taskset.read_batch()
         except TasksetExhausted:
             return None
-        for slot, task in enumerate(tasks):
+        first_slot = round_ * self.config.buffer.batch_size
+        for slot, task in enumerate(tasks, start=first_slot):
             task.rollout_args.setdefault("seed", rollout_seed(self.config.seed, step, slot))
-        start = time.perf_counter()
-        result = self.runners.run_tasks(tasks, batch_id=step)
-        for exp in result.experiences:
+        part = self.runners.run_tasks(tasks, batch_id=step)
+        for name in ("failed", "timed_out", "skipped", "retries", "refused_calls"):
+            setattr(result, name, getattr(result, name) + getattr(part, name))
+        result.abandoned_alive = part.abandoned_alive
+        for exp in part.experiences:
             exp.info["model_version"] = self.model_version
-        metrics = rollout_metrics(result.experiences)
+        return part.experiences
+
+    def explore_step(self, step: int) -> tuple[list[Experience], dict[str, float]] | None:
+        """Roll out one batch of tasks; None when the taskset is exhausted.
+
+        With ``algorithm.dynamic_sampling`` tied groups are dropped and further batches
+        rolled out to refill the step (:mod:`trinity.explorer.dynamic_sampling`); for a
+        type that trains on each group's best rollouts (raft) the others are masked
+        (:mod:`trinity.explorer.best_of_group`).
+        """
+        if self.taskset is None:
+            raise RuntimeError("explore_step needs buffer.explorer_input.taskset")
+        algo = self.config.algorithm
+        sampling = algo.dynamic_sampling
+        start = time.perf_counter()
+        result = RunResult()
+        if sampling.enable:
+            fill = fill_groups(
+                lambda round_: self._roll_out(step, round_, result),
+                batch_size=self.config.buffer.batch_size,
+                max_extra_rounds=sampling.max_extra_rounds,
+                metric_key=sampling.metric_key,
+            )
+            if fill.rounds == 0:
+                return None
+            result.experiences = fill.experiences
+            sampled = fill.sampled
+        else:
+            experiences = self._roll_out(step, 0, result)
+            if experiences is None:
+                return None
+            result.experiences = sampled = experiences
+        # the policy's rollout metrics cover everything it sampled, kept or not
+        metrics = rollout_metrics(sampled)
         if len(self.taskset.readers) > 1:
-            metrics.update(taskset_metrics(result.experiences))
+            metrics.update(taskset_metrics(sampled))
+        if sampling.enable:
+            metrics.update(self._dynamic_sampling_metrics(step, fill))
+        if defaults_for(algo.algorithm_type).best_of_group:
+            masked = keep_best_of_group(result.experiences)
+            metrics["rollout/best_of_group/masked"] = float(masked)
         metrics.update(
             {
                 "rollout/failed_tasks": float(result.failed),
@@ -196,6 +239,26 @@ class Explorer:
                 result.skipped,
             )
         return result.experiences, metrics
+
+    def _dynamic_sampling_metrics(self, step: int, fill: Fill) -> dict[str, float]:
+        if fill.kept_groups < self.config.buffer.batch_size:
+            self.logger.warning(
+                "explore step %d: dynamic sampling kept %d of %d groups after %d round(s) "
+                "(%d tied groups dropped%s); the step is short",
+                step,
+                fill.kept_groups,
+                self.config.buffer.batch_size,
+                fill.rounds,
+                fill.dropped_groups,
+                ", taskset exhausted" if fill.exhausted else "",
+            )
+        prefix = "rollout/dynamic_sampling"
+        return {
+            f"{prefix}/dropped_groups": float(fill.dropped_groups),
+            f"{prefix}/kept_groups": float(fill.kept_groups),
+            f"{prefix}/surplus_groups": float(fill.surplus_groups),
+            f"{prefix}/rounds": float(fill.rounds),
+        }
 
     def evaluate(self, step: int) -> dict[str, float]:
         """Run every eval taskset once with the current weights."""

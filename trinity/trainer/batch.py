@@ -41,6 +41,11 @@ class TrainBatch:
     values: torch.Tensor | None = None  # (B, R) critic values V(s_t) before the update
     advantages: torch.Tensor | None = None  # (B, R)
     returns: torch.Tensor | None = None  # (B, R)
+    # multi-step rollouts: one row per step (step_wise_grpo, gigpo)
+    trajectory_ids: torch.Tensor | None = None  # (B,) int64 eid.run: the trajectory in its group
+    step_ids: torch.Tensor | None = None  # (B,) int64 eid.step: the step's turn index
+    anchor_ids: torch.Tensor | None = None  # (B,) int64 info["anchor_id"], -1 when unset
+    step_rewards: torch.Tensor | None = None  # (B,) info["step_reward"]; None when no row has one
 
     @property
     def size(self) -> int:
@@ -197,4 +202,20 @@ def collate(experiences: list[Experience], pad_token_id: int) -> TrainBatch:
         is_expert=torch.tensor([bool(r.exp.info.get("is_expert", False)) for r in rows]),
         prompt_width=prompt_width,
         paired=all(paired),
+        **_step_fields(rows),
     )
+
+
+def _step_fields(rows: list[_Row]) -> dict[str, torch.Tensor | None]:
+    """The multi-step fields of ``TrainBatch``: trajectory and step from ``eid``, the
+    anchor state and the immediate reward from ``info`` (see ``Experience``)."""
+    exps = [r.exp for r in rows]
+    step_rewards = None
+    if any("step_reward" in e.info for e in exps):
+        step_rewards = torch.tensor([float(e.info.get("step_reward", 0.0)) for e in exps])
+    return {
+        "trajectory_ids": torch.tensor([int(e.eid.run) for e in exps], dtype=torch.long),
+        "step_ids": torch.tensor([int(e.eid.step) for e in exps], dtype=torch.long),
+        "anchor_ids": torch.tensor([int(e.info.get("anchor_id", -1)) for e in exps]),
+        "step_rewards": step_rewards,
+    }

@@ -91,6 +91,11 @@ def _rollout_temperature(config: Config) -> float:
     return float(taskset.rollout_args.temperature)
 
 
+def _rows_of(values: torch.Tensor | None, rows: torch.Tensor) -> torch.Tensor | None:
+    """``values[rows]``, or None for a batch field that is not set."""
+    return None if values is None else values[rows]
+
+
 class Trainer:
     """Owns the actor, the reference model and the critic (when the algorithm uses them)."""
 
@@ -294,6 +299,10 @@ class Trainer:
                 action_mask=batch.action_mask[rollout],
                 group_ids=batch.group_ids[rollout],
                 values=None if batch.values is None else batch.values[rollout],
+                trajectory_ids=_rows_of(batch.trajectory_ids, rollout),
+                step_ids=_rows_of(batch.step_ids, rollout),
+                anchor_ids=_rows_of(batch.anchor_ids, rollout),
+                step_rewards=_rows_of(batch.step_rewards, rollout),
             )
         )
         batch.advantages = torch.zeros_like(rewards)

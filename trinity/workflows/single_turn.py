@@ -12,6 +12,7 @@ goes to the workflow's log; the other rollouts are scored as usual.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import traceback
 from collections.abc import Callable
@@ -89,7 +90,12 @@ def score(
     """Set ``exp``'s reward to ``reward_fn(response, truth)``; on an error, reward 0,
     ``exp.info["reward_error"]`` and the traceback in ``logger``'s log."""
     try:
-        set_reward(exp, reward_fn(response, truth), f"reward function of task {task.index}")
+        # a length-shaped reward (math_dapo_reward) reads the response's length in tokens
+        extra = {}
+        if "response_length" in inspect.signature(reward_fn).parameters:
+            extra["response_length"] = exp.response_length
+        components = reward_fn(response, truth, **extra)
+        set_reward(exp, components, f"reward function of task {task.index}")
     except Exception as exc:
         logger.error(
             "reward function of task %s of taskset '%s' raised; the rollout gets reward 0:\n%s",

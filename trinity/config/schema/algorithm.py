@@ -41,6 +41,20 @@ class OptimizerConfig:
 
 
 @dataclass
+class DynamicSamplingConfig:
+    """DAPO's dynamic sampling: groups whose scores all tie are dropped and the explorer
+    rolls out further tasks until the step holds ``buffer.batch_size`` groups."""
+
+    enable: bool | None = setting(None, "drop tied groups and refill; unset: per algorithm (dapo)")
+    metric_key: str | None = setting(
+        None, "reward component compared within a group (e.g. accuracy); unset: the reward"
+    )
+    max_extra_rounds: int = setting(
+        4, "extra batches of tasks an explore step rolls out at most to refill"
+    )
+
+
+@dataclass
 class AlgorithmConfig:
     """The algorithm type, its part names and their arguments."""
 
@@ -76,6 +90,9 @@ class AlgorithmConfig:
         "token-mean", "how per-token losses are reduced to one number"
     )
     optimizer: OptimizerConfig = setting(OptimizerConfig, "optimizer of the policy (actor)")
+    dynamic_sampling: DynamicSamplingConfig = setting(
+        DynamicSamplingConfig, "drop groups whose rewards tie and refill the step (dapo)"
+    )
     use_critic: bool | None = setting(None, "train a value model; unset: per algorithm (ppo only)")
     use_reference: bool | None = setting(
         None,

@@ -1,0 +1,104 @@
+"""DAPO's dynamic sampling (Yu et al., arXiv:2503.14476, section 3.2).
+
+A group whose rollouts all score the same has group-relative advantages of zero: it
+costs a train step's compute and teaches nothing. With ``algorithm.dynamic_sampling``
+the explorer drops such groups and rolls out further batches of tasks until the step
+holds ``buffer.batch_size`` groups, at most ``max_extra_rounds`` extra batches; the
+groups beyond ``batch_size`` in the last batch are left out (``surplus_groups``).
+
+The score compared is the reward, or the reward component ``metric_key`` (e.g.
+``accuracy``, so that DAPO's overlong penalty does not break a tie of a group whose
+answers are all right or all wrong). A group of one rollout is always tied.
+
+    fill = fill_groups(roll_out, batch_size=2, max_extra_rounds=4)
+    # round 0: groups a (rewards 1, 0) and b (0, 0) -> keep a, drop b
+    # round 1: groups c (1, 1) and d (0, 1)         -> drop c, keep d: full
+    # fill.experiences = a's and d's rollouts, fill.rounds = 2, fill.dropped_groups = 2
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from trinity.types import Experience
+
+
+def group_score(exp: Experience, metric_key: str | None) -> float | None:
+    """The value compared within a group: ``metric_key``'s component, else the reward.
+
+    A reward component ``name`` is stored as the metric ``reward/<name>``; either
+    spelling is accepted.
+    """
+    if metric_key is None:
+        return exp.reward
+    for key in (metric_key, f"reward/{metric_key}"):
+        if key in exp.metrics:
+            return float(exp.metrics[key])
+    raise KeyError(
+        f"algorithm.dynamic_sampling.metric_key '{metric_key}' is not among the metrics of "
+        f"experience {exp.eid} ({sorted(exp.metrics)})"
+    )
+
+
+def groups_of(exps: list[Experience]) -> dict[str, list[Experience]]:
+    """Experiences by ``eid.group``, in first-seen order."""
+    groups: dict[str, list[Experience]] = {}
+    for exp in exps:
+        groups.setdefault(exp.eid.group, []).append(exp)
+    return groups
+
+
+def is_tied(members: list[Experience], metric_key: str | None = None) -> bool:
+    """True when every rollout of the group has the same score (or there is one)."""
+    scores = {group_score(m, metric_key) for m in members}
+    return len(scores) <= 1
+
+
+@dataclass
+class Fill:
+    """What ``fill_groups`` kept and what it cost."""
+
+    experiences: list[Experience] = field(default_factory=list)  # the kept groups' rollouts
+    sampled: list[Experience] = field(default_factory=list)  # every rollout of every round
+    rounds: int = 0  # batches of tasks rolled out (1 + extra rounds)
+    kept_groups: int = 0
+    dropped_groups: int = 0  # tied groups left out
+    surplus_groups: int = 0  # untied groups beyond batch_size, left out
+    exhausted: bool = False  # the taskset ended before the step was full
+
+
+def fill_groups(
+    roll_out: Callable[[int], list[Experience] | None],
+    batch_size: int,
+    max_extra_rounds: int,
+    metric_key: str | None = None,
+) -> Fill:
+    """Call ``roll_out(round)`` (round 0, 1, ...; None: the taskset is exhausted) until
+    ``batch_size`` untied groups are kept or ``1 + max_extra_rounds`` rounds are done."""
+    if batch_size < 1 or max_extra_rounds < 0:
+        raise ValueError(
+            f"batch_size must be >= 1 and max_extra_rounds >= 0, got {batch_size} and "
+            f"{max_extra_rounds}"
+        )
+    fill = Fill()
+    kept: dict[str, list[Experience]] = {}
+    for round_ in range(1 + max_extra_rounds):
+        exps = roll_out(round_)
+        if exps is None:
+            fill.exhausted = True
+            break
+        fill.rounds += 1
+        fill.sampled.extend(exps)
+        for group, members in groups_of(exps).items():
+            if is_tied(members, metric_key):
+                fill.dropped_groups += 1
+            elif len(kept) >= batch_size or group in kept:
+                fill.surplus_groups += 1  # (or the same task read twice in one step)
+            else:
+                kept[group] = members
+        if len(kept) >= batch_size:
+            break
+    fill.kept_groups = len(kept)
+    fill.experiences = [exp for members in kept.values() for exp in members]
+    return fill
