@@ -81,6 +81,8 @@ class Experience:
     # DPO pairs: the prompt is shared, tokens/logprobs above hold the chosen one
     chosen: torch.Tensor | None = None  # (R_c,) chosen response token ids
     rejected: torch.Tensor | None = None  # (R_r,) rejected response token ids
+    # (R,) log pi_teacher(a|s) of the same tokens under a teacher model (on-policy distillation)
+    teacher_logprobs: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.action_mask is None:

@@ -22,7 +22,16 @@ import torch
 from trinity.buffer.errors import ExperienceCodecError
 from trinity.types import EID, Experience
 
-TENSOR_FIELDS = ("tokens", "logprobs", "action_mask", "advantages", "returns", "chosen", "rejected")
+TENSOR_FIELDS = (
+    "tokens",
+    "logprobs",
+    "action_mask",
+    "advantages",
+    "returns",
+    "chosen",
+    "rejected",
+    "teacher_logprobs",
+)
 JSON_FIELDS = ("info", "metrics", "messages")
 
 _DTYPES: dict[str, torch.dtype] = {

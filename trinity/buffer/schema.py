@@ -77,6 +77,7 @@ class ExperienceColumns:
     returns: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
     chosen: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
     rejected: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    teacher_logprobs: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
     tensor_meta: Mapped[dict[str, Any]] = mapped_column(JSON)
 
     prompt_length: Mapped[int] = mapped_column(Integer)

@@ -81,13 +81,41 @@ def open_engine(url_or_path: str) -> Engine:
 
 
 def create_table(engine: Engine, table: Table) -> None:
-    """Create ``table`` unless it exists, also when other processes race to create it."""
+    """Create ``table`` unless it exists, also when other processes race to create it;
+    an existing table gains the nullable columns it lacks (see ``add_missing_columns``)."""
     try:
         Base.metadata.create_all(engine, tables=[table])
     except DBAPIError:
         # another writer created it between our existence check and CREATE TABLE
         if not inspect(engine).has_table(table.name):
             raise
+    add_missing_columns(engine, table)
+
+
+def add_missing_columns(engine: Engine, table: Table) -> None:
+    """Add to an existing ``table`` the nullable columns of its model it lacks.
+
+    A table written before a field joined the schema (``teacher_logprobs``) would
+    otherwise fail every read; its old rows read the new column as NULL (None).
+    """
+    present = {c["name"] for c in inspect(engine).get_columns(table.name)}
+    missing = [c for c in table.columns if c.name not in present and c.nullable]
+    if not missing:
+        return
+    preparer = engine.dialect.identifier_preparer
+    for column in missing:
+        kind = column.type.compile(dialect=engine.dialect)
+        statement = text(
+            f"ALTER TABLE {preparer.format_table(table)} "
+            f"ADD COLUMN {preparer.format_column(column)} {kind}"
+        )
+        try:
+            with engine.begin() as conn:
+                conn.execute(statement)
+        except DBAPIError:
+            # another process added it between our look and the ALTER
+            if column.name not in {c["name"] for c in inspect(engine).get_columns(table.name)}:
+                raise
 
 
 _FLOAT_TAG = "$float"

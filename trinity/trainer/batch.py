@@ -46,6 +46,9 @@ class TrainBatch:
     step_ids: torch.Tensor | None = None  # (B,) int64 eid.step: the step's turn index
     anchor_ids: torch.Tensor | None = None  # (B,) int64 info["anchor_id"], -1 when unset
     step_rewards: torch.Tensor | None = None  # (B,) info["step_reward"]; None when no row has one
+    # (B, R) log pi_teacher(a|s) of the response tokens (on-policy distillation); None
+    # when no experience carries them
+    teacher_logprobs: torch.Tensor | None = None
 
     @property
     def size(self) -> int:
@@ -180,6 +183,7 @@ def collate(experiences: list[Experience], pad_token_id: int) -> TrainBatch:
     old_logprobs = torch.zeros((batch_size, response_width), dtype=torch.float32)
     groups: dict[str, int] = {}
     group_ids = torch.empty(batch_size, dtype=torch.long)
+    teacher_logprobs = _teacher_logprobs(rows, response_width)
     for i, row in enumerate(rows):
         p = row.prompt_length
         r = row.tokens.numel() - p
@@ -203,7 +207,36 @@ def collate(experiences: list[Experience], pad_token_id: int) -> TrainBatch:
         prompt_width=prompt_width,
         paired=all(paired),
         **_step_fields(rows),
+        teacher_logprobs=teacher_logprobs,
     )
+
+
+def _teacher_logprobs(rows: list[_Row], response_width: int) -> torch.Tensor | None:
+    """(B, R) the rows' ``teacher_logprobs``, 0 on padding; None when no row has them.
+
+    Rollouts without them next to rollouts with them would be distilled toward a
+    teacher log-prob of 0 (probability 1), so that mix is refused.
+    """
+    if all(r.exp.teacher_logprobs is None for r in rows):
+        return None
+    out = torch.zeros((len(rows), response_width), dtype=torch.float32)
+    for i, row in enumerate(rows):
+        values = row.exp.teacher_logprobs
+        if values is None:
+            if bool(row.exp.info.get("is_expert", False)):
+                continue  # demonstrations take no part in the advantages
+            raise ValueError(
+                f"experience {row.exp.eid} has no teacher_logprobs while others in the batch "
+                "do; every rollout of an on-policy distillation batch needs the teacher's"
+            )
+        r = row.tokens.numel() - row.prompt_length
+        if values.numel() != r:
+            raise ValueError(
+                f"experience {row.exp.eid}: {values.numel()} teacher_logprobs for {r} "
+                "response tokens"
+            )
+        out[i, :r] = values.float()
+    return out
 
 
 def _step_fields(rows: list[_Row]) -> dict[str, torch.Tensor | None]:

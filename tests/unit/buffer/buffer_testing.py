@@ -90,6 +90,7 @@ def full_experience(i: int = 0) -> Experience:
         messages=[{"role": "user", "content": "1+1"}, {"role": "assistant", "content": "2"}],
         chosen=torch.tensor([5, 6], dtype=torch.int32),
         rejected=torch.tensor([[1, 2], [3, 4]], dtype=torch.int16),
+        teacher_logprobs=torch.tensor([-0.5, -2.0e-7, -7.25], dtype=torch.float32),
     )
 
 
@@ -107,6 +108,7 @@ def assert_same_experience(a: Experience, b: Experience) -> None:
         "returns",
         "chosen",
         "rejected",
+        "teacher_logprobs",
     ):
         x, y = getattr(a, name), getattr(b, name)
         if x is None or y is None:
@@ -245,6 +247,7 @@ def experiences(draw: st.DrawFn) -> Experience:
         reward=draw(st.none() | st.floats(allow_nan=False)),
         advantages=draw(optional_response),
         returns=draw(optional_response),
+        teacher_logprobs=draw(optional_response),
         eid=EID(
             batch=draw(st.integers(0, 10**6) | st.text(max_size=8)),
             task=draw(st.integers(0, 10**6) | st.text(max_size=8)),
