@@ -195,7 +195,8 @@ def learn(
     from trinity.trainer.train_input import TrainInput
     from trinity.trainer.trainer import Trainer
 
-    if algorithm_type == "mix":  # its expert rows, where make_config points its auxiliary buffer
+    # mix and mix_chord: their expert rows, where make_config points the auxiliary buffer
+    if ALGORITHM_DEFAULTS[algorithm_type].sample_strategy == "mix":
         rows = [
             {"prompt": f"What is {i} + 2?", "response": f"{i} + 2 = {i + 2}."} for i in range(4)
         ]

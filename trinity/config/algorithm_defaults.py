@@ -57,6 +57,25 @@ ALGORITHM_DEFAULTS: dict[str, AlgorithmDefaults] = {
     ),
     "gspo": AlgorithmDefaults("grpo", "gspo", NONE, NONE, "default", "default", False, False, True),
     # -- types composed of existing parts --
+    "cpt": AlgorithmDefaults(
+        NONE, "sft", NONE, NONE, NONE, "default", False, False, False, use_rollout=False
+    ),
+    "asymre": AlgorithmDefaults("asymre", "opmd", NONE, NONE, NONE, "default", False, False, True),
+    "topr": AlgorithmDefaults(
+        "reinforce", "topr", NONE, "k2", "default", "default", False, False, False
+    ),
+    "cispo": AlgorithmDefaults(
+        "grpo", "cispo", NONE, "k2", "default", "default", False, False, True
+    ),
+    "sapo": AlgorithmDefaults("grpo", "sapo", NONE, "k2", "default", "default", False, False, True),
+    "mix_chord": AlgorithmDefaults(
+        "grpo", "mix_chord", NONE, "k2", "mix", "mix", False, False, True
+    ),
+    "sppo": AlgorithmDefaults("opmd", "sppo", NONE, NONE, NONE, "default", False, False, True),
+    "rec": AlgorithmDefaults("rec", "rec", NONE, "k2", "default", "default", False, False, True),
+    "grpo_verl": AlgorithmDefaults(
+        "grpo_verl", "ppo", NONE, "k2", "default", "default", False, False, True
+    ),
     # -- on-policy distillation (a teacher among explorer.auxiliary_models) --
     # -- DAPO, multi-step and filtering types --
     "dapo": AlgorithmDefaults(

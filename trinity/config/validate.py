@@ -93,10 +93,10 @@ def _check_algorithm(cfg: Config) -> None:
             value=algo.repeat_times,
             valid="an integer > 1 (rollouts per task compared within a group)",
         )
-    if algo.algorithm_type == "mix" and not cfg.buffer.trainer_input.auxiliary_buffers:
+    if algo.sample_strategy == "mix" and not cfg.buffer.trainer_input.auxiliary_buffers:
         raise ConfigError(
             "buffer.trainer_input.auxiliary_buffers",
-            "mix needs an expert dataset",
+            f"{algo.algorithm_type} needs an expert dataset (sample_strategy mix)",
             value={},
             valid="a buffer such as auxiliary_buffers.sft_dataset",
         )

@@ -12,6 +12,9 @@ Row layouts (``StorageConfig.format``):
   chat template.
 - DPO: ``chosen_key`` and ``rejected_key`` hold the two replies to the prompt: strings
   for plaintext, lists of messages (or one string) for messages.
+- CPT (continued pre-training): ``prompt_key`` holds raw text, tokenized without a chat
+  template and trained on whole; the prompt is one start token, the tokenizer's BOS (its
+  EOS when it has none), since a causal model cannot predict a sequence's first token.
 
 Token ids come from rendering growing prefixes of the conversation with the chat
 template (``format.chat_template``, else the tokenizer's). The text each message adds
@@ -34,7 +37,7 @@ from trinity.buffer.task_reader import TasksetReader
 from trinity.config.schema import FormatConfig, StorageConfig
 from trinity.types import EID, Experience
 
-DatasetKind = Literal["sft", "dpo"]
+DatasetKind = Literal["sft", "dpo", "cpt"]
 # auxiliary datasets (expert data of mix) repeat for as long as the run reads them
 _ENDLESS_EPOCHS = 1_000_000
 
@@ -152,6 +155,8 @@ class RowConverter:
     def __call__(self, row: Mapping[str, Any], index: int) -> Experience:
         if self.kind == "dpo":
             return self.dpo(row, index)
+        if self.kind == "cpt":
+            return self.cpt(row, index)
         return self.sft(row, index)
 
     # ------------------------------------------------------------------ SFT
@@ -189,6 +194,28 @@ class RowConverter:
             eid=EID(batch=self.dataset, task=index),
             info={"dataset": self.dataset},
             messages=messages,
+        )
+
+    # ------------------------------------------------------------------ CPT
+    def cpt(self, row: Mapping[str, Any], index: int) -> Experience:
+        text = self._text(row, index, self.fmt.prompt_key, "format.prompt_key")
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        start = self.tokenizer.bos_token_id
+        if start is None:
+            start = self.tokenizer.eos_token_id
+        if start is None:
+            raise self._error(index, "the tokenizer has neither a BOS nor an EOS token to start on")
+        tokens = [start, *ids]
+        if self.limits.max_model_len is not None:
+            tokens = tokens[: self.limits.max_model_len]
+        if len(tokens) < 2:
+            raise self._error(index, f"key '{self.fmt.prompt_key}' holds no text to train on")
+        return Experience(
+            tokens=torch.tensor(tokens, dtype=torch.long),
+            prompt_length=1,
+            action_mask=torch.ones(len(tokens) - 1, dtype=torch.bool),
+            eid=EID(batch=self.dataset, task=index),
+            info={"dataset": self.dataset},
         )
 
     # ------------------------------------------------------------------ DPO

@@ -1,8 +1,8 @@
 """Where the experiences of each train step come from.
 
-- ``sft`` and ``dpo`` train on a dataset: the rows of
+- ``sft``, ``dpo`` and ``cpt`` train on a dataset: the rows of
   ``buffer.trainer_input.experience_buffer`` (``storage_type`` file or sql), tokenized
-  with the chat template (``trinity.trainer.sft_data``). An SFT step reads
+  with the chat template (``cpt``: raw text without one; ``trinity.trainer.sft_data``). An SFT step reads
   ``train_batch_size`` rows; a DPO step reads ``train_batch_size / 2`` rows, each a
   chosen and a rejected sequence.
 - every other algorithm reads ``train_batch_size`` experiences from the experience
@@ -31,6 +31,8 @@ class TrainInputError(ValueError):
 
 
 def dataset_kind(config: Config) -> DatasetKind:
+    if config.algorithm.algorithm_type == "cpt":
+        return "cpt"  # raw text, no chat template
     return "dpo" if config.algorithm.policy_loss_fn == "dpo" else "sft"
 
 

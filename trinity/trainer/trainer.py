@@ -299,6 +299,7 @@ class Trainer:
                 action_mask=batch.action_mask[rollout],
                 group_ids=batch.group_ids[rollout],
                 values=None if batch.values is None else batch.values[rollout],
+                old_logprobs=batch.old_logprobs[rollout],
                 trajectory_ids=_rows_of(batch.trajectory_ids, rollout),
                 step_ids=_rows_of(batch.step_ids, rollout),
                 anchor_ids=_rows_of(batch.anchor_ids, rollout),

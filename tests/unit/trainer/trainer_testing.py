@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from trinity.config import Config, config_from_dict, resolve, validate
+from trinity.config.algorithm_defaults import ALGORITHM_DEFAULTS
 from trinity.types import EID, Experience
 
 NOW = datetime(2025, 1, 2, 3, 4, 5)
@@ -68,7 +69,7 @@ def make_config(
             }
         },
     }
-    if algorithm_type == "mix":
+    if ALGORITHM_DEFAULTS[algorithm_type].sample_strategy == "mix":  # mix, mix_chord
         raw["buffer"]["trainer_input"]["auxiliary_buffers"] = {
             "sft_dataset": {"path": str(tmp_path / "sft")}
         }
