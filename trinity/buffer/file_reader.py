@@ -5,18 +5,16 @@ Formats: ``.jsonl``, ``.json`` (a list of objects, or JSON lines), ``.parquet``,
 into 7) and ``.arrow`` (``datasets.save_to_disk``). Files are read with pyarrow and
 the standard library only: nothing is cached and no hub is ever contacted.
 
-A directory is resolved the way dataset repositories are laid out. With
-``subset_name`` the search starts in ``<path>/<subset_name>``, else in ``<path>``;
-then, in ``<dir>`` and ``<dir>/data``:
-
-1. a directory named after the split: ``<dir>/train/*.parquet``;
-2. files whose name has the split as a word: ``train.jsonl``,
-   ``train-00000-of-00002.parquet``, ``gsm8k_train.csv``;
-3. the same with the usual aliases (``validation``: ``valid``/``val``/``dev``,
-   ``test``: ``testing``/``eval``, ``train``: ``training``).
-
-If no file carries any split name, all files are the ``train`` split. When files of
-several formats match, one format is used, in the order parquet, arrow, jsonl, json, csv.
+A directory is resolved by ``datasets`` (``load_dataset_builder``, the first half of
+``load_dataset``, which reads no data and writes only a lock file in a temporary cache
+dir), so it follows the Hugging Face layouts: a ``README.md`` whose ``configs`` name each
+subset's data files, split directories (``train/*.parquet``), files with a split
+keyword in their name (``train-00000-of-00002.parquet``, ``gsm8k_test.jsonl``,
+``dev.csv`` for ``validation``), a ``data/`` folder; without any split keyword all
+files are the ``train`` split, and one format is kept when several are found.
+``subset_name`` is a config of the ``README.md``, or else the folder ``<path>/<subset_name>``
+(``data_dir``). A ``save_to_disk`` directory (``dataset_dict.json``/``state.json``)
+reads ``<path>/<split>/*.arrow``. The files found are then read here, row by row.
 
 A malformed row (bad JSON, not an object, a CSV line with the wrong number of fields,
 a missing or wrongly typed prompt key) raises an error naming the file, the line (or
@@ -30,7 +28,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -49,7 +46,6 @@ FORMATS = {
     ".json": "json",
     ".csv": "csv",
 }
-_FORMAT_ORDER = list(FORMATS.values())
 # files `datasets` writes next to its data; never rows
 _METADATA_FILES = {"dataset_info.json", "dataset_infos.json", "dataset_dict.json", "state.json"}
 SPLIT_ALIASES = {
@@ -57,7 +53,6 @@ SPLIT_ALIASES = {
     "validation": ("validation", "valid", "val", "dev"),
     "test": ("test", "testing", "eval", "evaluation"),
 }
-_WORD = re.compile(r"[^-._ ]+")
 
 
 def read_rows(
@@ -91,31 +86,64 @@ def find_data_files(path: str, split: str = "train", subset_name: str | None = N
             f"dataset path '{path}' ({where}) does not exist. Datasets are never downloaded "
             "from a hub: copy the dataset into a local directory and point `path` at it"
         )
-    root = path
-    if subset_name:
-        root = os.path.join(path, subset_name)
-        if not os.path.isdir(root):
-            raise DatasetNotFoundError(
-                f"no subset directory '{root}' for {where}; subdirectories of '{path}': "
-                f"{_listing(path, dirs=True)}"
-            )
-    searched = [root, os.path.join(root, "data")]
-    for name in _split_names(split):
-        for folder in searched:
-            files = _split_files(folder, name)
-            if files:
-                return files
-    if split == "train":
-        files = _data_files(root)
-        if files and not any(_named_split(f, n) for f in files for n in _all_split_names()):
-            return _one_format(files)
+    root = os.path.join(path, subset_name) if subset_name else path
+    if os.path.isfile(os.path.join(root, "state.json")):  # one Dataset saved: no splits
+        found = {"train": _data_files(root)}
+    elif os.path.isfile(os.path.join(root, "dataset_dict.json")):  # a saved DatasetDict
+        found = {split: _data_files(os.path.join(root, split))}
+    else:
+        found = _hf_layout(path, subset_name, where)
+    if found.get(split):
+        return found[split]
     names = "/".join(_split_names(split))
     raise DatasetNotFoundError(
-        f"no data file for {where} under '{path}'. Looked in '{searched[0]}' and "
-        f"'{searched[1]}' for a '{split}/' directory or files with '{names}' as a word in "
-        f"their name (e.g. {split}.jsonl, {split}-00000-of-00001.parquet), formats "
-        f"{', '.join(FORMATS)}. Files in '{root}': {_listing(root, dirs=False)}"
+        f"no data file for {where} under '{path}'. Looked in '{root}' and "
+        f"'{os.path.join(root, 'data')}' (Hugging Face layouts) "
+        f"for a '{split}/' directory or files with '{names}' as a word in their name (e.g. "
+        f"{split}.jsonl, {split}-00000-of-00001.parquet), formats {', '.join(FORMATS)}. "
+        f"Splits found: {sorted(found)}; files in '{root}': {_listing(root, dirs=False)}"
     )
+
+
+def _hf_layout(path: str, subset_name: str | None, where: str) -> dict[str, list[str]]:
+    """Split -> data files, as ``datasets.load_dataset(path, subset_name)`` would read them.
+
+    ``subset_name`` is a config of the dataset card (``README.md``) when it lists one by
+    that name, else the folder ``<path>/<subset_name>``.
+    """
+    import tempfile
+
+    from datasets import load_dataset_builder
+
+    def resolve(folder: str, name: str | None = None) -> dict[str, list[str]]:
+        # the builder takes a lock file in its cache dir; keep that out of the user's cache
+        with tempfile.TemporaryDirectory(prefix="trinity-datasets-") as cache_dir:
+            builder = load_dataset_builder(os.path.abspath(folder), name, cache_dir=cache_dir)
+        return {str(split): sorted(files) for split, files in builder.config.data_files.items()}
+
+    try:
+        if not subset_name:
+            return resolve(path)
+        try:
+            return resolve(path, subset_name)
+        except (FileNotFoundError, ValueError):  # not a config of the dataset card
+            folder = os.path.join(path, subset_name)
+            if not os.path.isdir(folder):
+                raise DatasetNotFoundError(
+                    f"no subset directory '{folder}' for {where} and no config of that name "
+                    f"in '{path}/README.md'; subdirectories of '{path}': "
+                    f"{_listing(path, dirs=True)}"
+                ) from None
+        # the folder as a dataset of its own (a card's configs above it would apply otherwise)
+        return resolve(folder)
+    except DatasetNotFoundError:
+        raise
+    except (FileNotFoundError, ValueError) as exc:  # no data files, or formats disagree
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DatasetNotFoundError(
+            f"no readable data files for {where} under '{path}' ({first}); formats "
+            f"{', '.join(FORMATS)}. Files in '{path}': {_listing(path, dirs=False)}"
+        ) from None
 
 
 def read_file(
@@ -245,15 +273,6 @@ def _split_names(split: str) -> list[str]:
     return [split] + [a for a in SPLIT_ALIASES.get(split, ()) if a != split]
 
 
-def _all_split_names() -> set[str]:
-    return {name for aliases in SPLIT_ALIASES.values() for name in aliases}
-
-
-def _named_split(file: str, name: str) -> bool:
-    stem = os.path.basename(file)[: -len(os.path.splitext(file)[1]) or None]
-    return name in _WORD.findall(stem.lower())
-
-
 def _is_data_file(name: str) -> bool:
     return (
         not name.startswith(".")
@@ -270,22 +289,6 @@ def _data_files(folder: str) -> list[str]:
         for name in os.listdir(folder)
         if _is_data_file(name) and os.path.isfile(os.path.join(folder, name))
     )
-
-
-def _split_files(folder: str, name: str) -> list[str]:
-    split_dir = os.path.join(folder, name)
-    if os.path.isdir(split_dir) and _data_files(split_dir):
-        return _one_format(_data_files(split_dir))
-    named = [f for f in _data_files(folder) if _named_split(f, name)]
-    return _one_format(named) if named else []
-
-
-def _one_format(files: list[str]) -> list[str]:
-    by_format: dict[str, list[str]] = {}
-    for f in files:
-        by_format.setdefault(FORMATS[os.path.splitext(f)[1].lower()], []).append(f)
-    first = min(by_format, key=_FORMAT_ORDER.index)
-    return by_format[first]
 
 
 def _listing(folder: str, dirs: bool) -> list[str]:

@@ -240,3 +240,37 @@ def test_home_relative_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("HOME", str(tmp_path))
     write(tmp_path / "ds" / "train.jsonl", ROWS)
     assert read_rows(os.path.join("~", "ds")) == ROWS
+
+
+CARD = """---
+configs:
+- config_name: main
+  data_files:
+  - split: train
+    path: shards/first-*.jsonl
+  - split: test
+    path: shards/second-*.jsonl
+- config_name: other
+  data_files: shards/other.jsonl
+---
+"""
+
+
+def test_dataset_card_configs_name_each_subsets_files(tmp_path: Path) -> None:
+    # file names that carry no split: only the README's configs say which is which
+    write(tmp_path / "shards" / "first-0.jsonl", tagged("first"))
+    write(tmp_path / "shards" / "second-0.jsonl", tagged("second"))
+    write(tmp_path / "shards" / "other.jsonl", tagged("other"))
+    (tmp_path / "README.md").write_text(CARD)
+    assert read_rows(str(tmp_path), split="test", subset_name="main") == tagged("second")
+    assert read_rows(str(tmp_path), split="train", subset_name="main") == tagged("first")
+    assert read_rows(str(tmp_path), subset_name="other") == tagged("other")
+    with pytest.raises(DatasetNotFoundError, match=r"split 'test', subset 'other'"):
+        read_rows(str(tmp_path), split="test", subset_name="other")
+
+
+def test_a_subset_folder_beside_a_card_without_it(tmp_path: Path) -> None:
+    write(tmp_path / "shards" / "other.jsonl", tagged("other"))
+    write(tmp_path / "extra" / "test.jsonl", tagged("extra"))
+    (tmp_path / "README.md").write_text(CARD)
+    assert read_rows(str(tmp_path), split="test", subset_name="extra") == tagged("extra")
