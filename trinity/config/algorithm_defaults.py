@@ -77,6 +77,10 @@ ALGORITHM_DEFAULTS: dict[str, AlgorithmDefaults] = {
         "grpo_verl", "ppo", NONE, "k2", "default", "default", False, False, True
     ),
     # -- on-policy distillation (a teacher among explorer.auxiliary_models) --
+    "on_policy_distill": AlgorithmDefaults(
+        "on_policy_distill", "ppo", NONE, NONE, NONE, "default", False, False, False
+    ),
+    "jsd": AlgorithmDefaults("jsd", "ppo", NONE, NONE, NONE, "default", False, False, False),
     # -- DAPO, multi-step and filtering types --
     "dapo": AlgorithmDefaults(
         *("grpo", "ppo", NONE, NONE, "default", "default", False, False, True),

@@ -40,6 +40,8 @@ BUILTIN_NAMES: dict[str, frozenset[str]] = {
             "llm_judge_workflow",
             "math_boxed_workflow",
             "math_workflow",
+            "on_policy_distill_math_workflow",
+            "on_policy_distill_workflow",
             "tool_call_workflow",
         }
     ),

@@ -82,6 +82,10 @@ def _check_global(cfg: Config) -> None:
     _at_least("cluster.gpu_per_node", cfg.cluster.gpu_per_node, 0)
 
 
+# advantage functions that read Experience.teacher_logprobs (on-policy distillation)
+TEACHER_ADVANTAGE_FNS = frozenset({"on_policy_distill", "jsd"})
+
+
 def _check_algorithm(cfg: Config) -> None:
     algo = cfg.algorithm
     table = defaults_for(algo.algorithm_type)
@@ -99,6 +103,17 @@ def _check_algorithm(cfg: Config) -> None:
             f"{algo.algorithm_type} needs an expert dataset (sample_strategy mix)",
             value={},
             valid="a buffer such as auxiliary_buffers.sft_dataset",
+        )
+    if (
+        algo.advantage_fn in TEACHER_ADVANTAGE_FNS
+        and cfg.mode in ("both", "explore")
+        and not cfg.explorer.auxiliary_models
+    ):
+        raise ConfigError(
+            "explorer.auxiliary_models",
+            f"advantage_fn {algo.advantage_fn} needs a teacher model to score the rollouts",
+            value=[],
+            valid="a model whose model_path is the teacher (it must share the policy's tokenizer)",
         )
     _check_optimizer("algorithm.optimizer", algo.optimizer)
     _check_part_names(cfg)

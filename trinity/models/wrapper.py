@@ -237,6 +237,32 @@ class ModelWrapper:
         self._refuse_if_closed()
         return await asyncio.to_thread(self.logprobs, tokens, temperature)
 
+    def response_logprobs(
+        self, experiences: list[Experience], temperature: float = 1.0
+    ) -> list[torch.Tensor]:
+        """This model's logprobs of each experience's response tokens given its prompt:
+        one (R_i,) float32 tensor per experience, in one batched forward pass.
+
+        How a teacher scores a student's samples (on-policy distillation): the same token
+        ids, so the values line up with the experience's ``logprobs``.
+        """
+        self._refuse_if_closed()
+        if not experiences:
+            return []
+        values = self.engine.compute_logprobs(
+            [e.tokens.tolist() for e in experiences],
+            [e.prompt_length for e in experiences],
+            temperature,
+        )
+        return [torch.tensor(v, dtype=torch.float32) for v in values]
+
+    async def aresponse_logprobs(
+        self, experiences: list[Experience], temperature: float = 1.0
+    ) -> list[torch.Tensor]:
+        """Async :meth:`response_logprobs` (the forward pass runs in a worker thread)."""
+        self._refuse_if_closed()
+        return await asyncio.to_thread(self.response_logprobs, experiences, temperature)
+
     def top_logprobs(
         self, tokens: list[int], prompt_length: int, k: int, temperature: float = 1.0
     ) -> list[list[tuple[int, float]]]:

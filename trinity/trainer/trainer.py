@@ -304,6 +304,7 @@ class Trainer:
                 step_ids=_rows_of(batch.step_ids, rollout),
                 anchor_ids=_rows_of(batch.anchor_ids, rollout),
                 step_rewards=_rows_of(batch.step_rewards, rollout),
+                teacher_logprobs=_rows_of(batch.teacher_logprobs, rollout),
             )
         )
         batch.advantages = torch.zeros_like(rewards)
