@@ -144,7 +144,11 @@ def policy_moved(model_dir: Path, weights: dict[str, torch.Tensor]) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "algorithm_type", ["grpo", "opmd", "rloo", "reinforceplusplus", "gspo", "mix"]
+    "algorithm_type",
+    [
+        *("grpo", "opmd", "rloo", "reinforceplusplus", "gspo", "mix"),
+        *("asymre", "topr", "cispo", "sapo", "mix_chord", "sppo", "rec", "grpo_verl"),
+    ],
 )
 def test_rollout_types_in_process(
     tiny_model_dir: Path, tmp_path: Path, algorithm_type: str
@@ -159,7 +163,7 @@ def test_rollout_types_in_process(
     if algorithm_type == "grpo":
         assert all("actor/kl_loss" in m for m in history)  # low_var_kl in the loss
         assert policy_moved(tiny_model_dir, weights)
-    if algorithm_type == "mix":
+    if algorithm_type in ("mix", "mix_chord"):
         # ceil(0.25 x 4 rollouts) = 1 expert row per step
         assert history[0]["batch/expert_size"] == 1
         assert history[0]["actor/sft_loss"] > 0
