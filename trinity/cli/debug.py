@@ -83,7 +83,7 @@ def add_debug_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_debug(args: argparse.Namespace) -> int:
-    from trinity.cli.main import EXIT_CONFIG_ERROR, _load_plugins
+    from trinity.cli.main import EXIT_CONFIG_ERROR, _load_external_libs, _load_plugins
     from trinity.config import ConfigError, load_config
 
     _load_plugins(args.plugin_dir)
@@ -92,6 +92,7 @@ def _cmd_debug(args: argparse.Namespace) -> int:
     except (ConfigError, FileNotFoundError) as err:
         print(f"trinity: config error: {err}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
+    _load_external_libs(config)
     if args.num_tasks < 1:
         print(f"trinity: --num-tasks must be at least 1, got {args.num_tasks}", file=sys.stderr)
         return EXIT_CONFIG_ERROR

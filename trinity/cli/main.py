@@ -32,6 +32,16 @@ def _load_plugins(plugin_dirs: list[str]) -> None:
         raise SystemExit(f"trinity: {err}") from None
 
 
+def _load_external_libs(config) -> None:
+    """Import ``model.external_lib`` (before the names the run looks up are checked)."""
+    from trinity.launch.run import PluginError, load_external_libs
+
+    try:
+        load_external_libs(config)
+    except PluginError as err:
+        raise SystemExit(f"trinity: config error: {err}") from None
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from trinity.launch.process_policy import apply_to_driver
 
@@ -43,6 +53,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     _load_plugins(args.plugin_dir)
     try:
         config = load_config(args.config, args.overrides)
+        _load_external_libs(config)
         # the names and data paths the run will look up, on this machine, with the plugins
         check_lookups(config)
         # what the file and overrides set, before resolve fills in the rest

@@ -55,12 +55,6 @@ NO_EFFECT: dict[str, str] = {
     "trainer.trainer_config.actor_rollout_ref.hybrid_engine": (
         "actor and reference always share the trainer's ranks"
     ),
-    "trainer.trainer_config.actor_rollout_ref.model.external_lib": (
-        "not implemented: use --plugin-dir to import code before the run"
-    ),
-    "trainer.trainer_config.actor_rollout_ref.model.override_config": (
-        "not implemented: the model's own config.json is used"
-    ),
     "trainer.trainer_config.actor_rollout_ref.model.use_remove_padding": _PADDING,
     "trainer.trainer_config.actor_rollout_ref.model.use_fused_kernels": _NO_FUSED,
     "trainer.trainer_config.actor_rollout_ref.model.fused_kernel_options.impl_backend": _NO_FUSED,
@@ -97,12 +91,6 @@ NO_EFFECT: dict[str, str] = {
     "trainer.trainer_config.critic.strategy": _STRATEGY,
     "trainer.trainer_config.critic.shuffle": "not implemented: each pass reads the batch in order",
     "trainer.trainer_config.critic.ulysses_sequence_parallel_size": _NO_SP,
-    "trainer.trainer_config.critic.model.override_config": (
-        "not implemented: the critic model's own config.json is used"
-    ),
-    "trainer.trainer_config.critic.model.external_lib": (
-        "not implemented: use --plugin-dir to import code before the run"
-    ),
     "trainer.trainer_config.critic.model.use_remove_padding": _PADDING,
     **{
         f"trainer.trainer_config.{owner}.fsdp_config.{key}": _FSDP

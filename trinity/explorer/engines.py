@@ -184,7 +184,12 @@ class RolloutEngines:
         """The rollout model's replicas, serving the weights in ``model_dir``."""
         rollout = config.explorer.rollout_model
         max_model_len = rollout.max_model_len or config.model.max_model_len
-        return cls.for_model(config, rollout, model_dir, "explorer.rollout_model", max_model_len)
+        tc = config.trainer.trainer_config
+        # the policy's config as the trainer builds it (trinity/models/overrides.py)
+        override = dict(tc.actor_rollout_ref.model.override_config) if tc is not None else {}
+        return cls.for_model(
+            config, rollout, model_dir, "explorer.rollout_model", max_model_len, override
+        )
 
     @classmethod
     def for_model(
@@ -194,9 +199,11 @@ class RolloutEngines:
         model_dir: str,
         path: str,
         max_model_len: int | None,
+        override_config: dict[str, Any] | None = None,
     ) -> RolloutEngines:
         """``model.engine_num`` replicas of the model in ``model_dir`` (``path`` names its
-        config section in errors): the first in this process, the others Ray actors."""
+        config section in errors): the first in this process, the others Ray actors;
+        ``override_config`` replaces entries of the model's config.json."""
         if model.engine_num < 1:
             raise ValueError(f"{path}.engine_num must be >= 1, got {model.engine_num}")
         base_seed = model.seed if model.seed is not None else config.seed
@@ -210,6 +217,7 @@ class RolloutEngines:
                 "seed": base_seed + i,
                 "chat_template": model.chat_template,
                 "enable_thinking": model.enable_thinking,
+                "override_config": override_config or None,
             }
 
         engines: list[TransformersEngine | EngineClient] = [TransformersEngine(**args(0))]

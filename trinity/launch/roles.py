@@ -28,7 +28,7 @@ import ray
 
 from trinity.config import Config
 from trinity.launch.resume import derived_explorer_state, explorer_state_at, save_explorer_state
-from trinity.launch.run import load_plugins
+from trinity.launch.run import load_external_libs, load_plugins
 from trinity.sync import weights
 from trinity.trainer import checkpoint as ckpt
 from trinity.utils.log import get_actor_logger
@@ -42,14 +42,15 @@ def required_version(step: int, sync_interval: int, sync_offset: int) -> int:
 
 
 def start_actor(config: Config, job_dir: Path, name: str, plugin_dirs: Sequence[str]):
-    """What every actor of a run does first: torch threads, the run's plugins, and its
-    log file ``log/<name>.log``; returns the logger."""
+    """What every actor of a run does first: torch threads, the run's plugins and
+    ``external_lib`` modules, and its log file ``log/<name>.log``; returns the logger."""
     import torch
 
     # Ray sets OMP_NUM_THREADS=1 for fractional-CPU actors; the roles alternate in
     # synchronous mode, so each may use every core while it works
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     load_plugins(plugin_dirs)
+    load_external_libs(config)
     return get_actor_logger(
         name,
         job_dir / "log",

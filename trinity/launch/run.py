@@ -73,6 +73,35 @@ def load_plugins(plugin_dirs: Sequence[str | Path]) -> list[str]:
     return names
 
 
+def load_external_libs(config: Config) -> list[str]:
+    """Import the modules ``model.external_lib`` names (the actor's, then the critic's).
+
+    veRL's key: a module that registers custom architectures with transformers' Auto
+    classes before a model is built; it may register workflows or reward functions too.
+    Called in the driver before the run's names are looked up and first in every actor.
+    """
+    tc = config.trainer.trainer_config
+    if tc is None:
+        return []
+    names: list[str] = []
+    for key, name in (
+        ("actor_rollout_ref.model.external_lib", tc.actor_rollout_ref.model.external_lib),
+        ("critic.model.external_lib", tc.critic.model.external_lib),
+    ):
+        if not name or name in names:
+            continue
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            raise PluginError(
+                f"trainer.trainer_config.{key}: cannot import module '{name}' ({exc!r}); "
+                "it must be importable in every process (installed, on PYTHONPATH, or in a "
+                "--plugin-dir)"
+            ) from exc
+        names.append(name)
+    return names
+
+
 def count_steps(config: Config) -> int:
     """Steps of a stage: total_steps if given, else epochs x batches of the data."""
     from trinity.config.algorithm_defaults import trains_on_dataset

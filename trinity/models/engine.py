@@ -24,7 +24,7 @@ Logprobs follow the convention in :mod:`trinity.models.sampling`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +35,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 from trinity.models.batcher import RequestBatcher
 from trinity.models.cpu_linear import pack_linears, packing_supported, repack
 from trinity.models.fast_decode import DecodeBatch, LlamaDecoder
+from trinity.models.overrides import model_config
 from trinity.models.resolve import resolve_model_path
 from trinity.models.sampling import FinishReason, Sample, SamplingParams, sample_tokens
 
@@ -116,6 +117,8 @@ class TransformersEngine:
         fast_decode: decode Llama-family models with the fused decoder of
             :mod:`trinity.models.fast_decode` (same tokens and logprobs as transformers'
             forward, up to float rounding); False always steps transformers' forward.
+        override_config: entries replacing those of the model's ``config.json``
+            (``model.override_config``; see :mod:`trinity.models.overrides`).
     """
 
     def __init__(
@@ -131,6 +134,7 @@ class TransformersEngine:
         chat_template: str | None = None,
         enable_thinking: bool | None = None,
         fast_decode: bool = True,
+        override_config: Mapping[str, Any] | None = None,
     ) -> None:
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
@@ -159,7 +163,9 @@ class TransformersEngine:
         )
         try:
             self._batcher.call(
-                lambda: self._load(path, dtype, max_model_len, pack_weights, fast_decode)
+                lambda: self._load(
+                    path, dtype, max_model_len, pack_weights, fast_decode, override_config
+                )
             )
         except BaseException:
             self._batcher.close()
@@ -172,9 +178,15 @@ class TransformersEngine:
         max_model_len: int | None,
         pack_weights: bool,
         fast_decode: bool,
+        override_config: Mapping[str, Any] | None,
     ) -> None:
+        # the trainer builds the policy from the same overridden config
+        config = model_config(path, override_config)
         self.model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=_DTYPES[dtype], attn_implementation="sdpa"
+            path,
+            dtype=_DTYPES[dtype],
+            attn_implementation="sdpa",
+            **({"config": config} if config is not None else {}),
         ).eval()
         self.max_model_len = max_model_len or int(self.model.config.max_position_embeddings)
         # the fused decoder packs its own (fused) weights: one packed copy either way

@@ -18,13 +18,16 @@ the batch loss through the batch's ``LossNormalizer``, as the actor's do.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss
 from trinity.algorithm.utils import masked_mean
 from trinity.config import Config
+from trinity.models.overrides import model_config
 from trinity.trainer import checkpoint as ckpt
 from trinity.trainer.actor import autocast_context
 from trinity.trainer.batch import TrainBatch
@@ -82,10 +85,15 @@ class ValueModel(torch.nn.Module):
         torch.nn.init.zeros_(self.value_head.bias)
 
     @classmethod
-    def from_pretrained(cls, model_dir: str | Path) -> ValueModel:
+    def from_pretrained(
+        cls, model_dir: str | Path, override_config: Mapping[str, Any] | None = None
+    ) -> ValueModel:
+        """The backbone of ``model_dir`` (its config with ``override_config`` applied)."""
         from transformers import AutoModel
 
-        backbone = AutoModel.from_pretrained(model_dir, dtype=torch.float32)
+        config = model_config(model_dir, override_config)
+        overridden = {"config": config} if config is not None else {}
+        backbone = AutoModel.from_pretrained(model_dir, dtype=torch.float32, **overridden)
         return cls(backbone, int(backbone.config.hidden_size))
 
     def forward(
@@ -126,7 +134,7 @@ class Critic:
         cfg = tc.critic
         self.logger = logger or logging.getLogger("trinity.trainer")
         self.compute_dtype = compute_dtype
-        self.model = ValueModel.from_pretrained(model_dir)
+        self.model = ValueModel.from_pretrained(model_dir, cfg.model.override_config)
         self.model.train()
         if cfg.model.enable_gradient_checkpointing:
             enable_checkpointing(self.model.backbone)

@@ -31,6 +31,7 @@ from trinity.algorithm.args import build
 from trinity.algorithm.loss_agg import LossNormalizer
 from trinity.config import Config
 from trinity.config.algorithm_defaults import NONE
+from trinity.models.overrides import model_config
 from trinity.trainer import checkpoint as ckpt
 from trinity.trainer import distributed, lora
 from trinity.trainer.actor import forward_logprobs, use_grouped_attention
@@ -144,7 +145,12 @@ class Trainer:
             and bf16_weights is not False
         )
         self.autocast_dtype = None if self.bf16_weights else self.compute_dtype
-        self.model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32)
+        # model.override_config, as the rollout engines apply it (trinity/models/overrides.py)
+        hf_config = model_config(self.model_dir, tc.actor_rollout_ref.model.override_config)
+        overridden = {"config": hf_config} if hf_config is not None else {}
+        self.model = AutoModelForCausalLM.from_pretrained(
+            self.model_dir, dtype=torch.float32, **overridden
+        )
         self.model.train()
         use_grouped_attention(self.model)  # bf16 matmuls, grouped K/V: trainer/actor.py
         fuse_layers(self.model)  # bf16 RMS norm and SwiGLU in one pass: trainer/fused_layers.py
@@ -176,7 +182,9 @@ class Trainer:
         if algo.use_reference:
             # the same weights and precision as the actor, so both agree exactly at the start
             self.ref_model = AutoModelForCausalLM.from_pretrained(
-                self.model_dir, dtype=self.compute_dtype if self.bf16_weights else torch.float32
+                self.model_dir,
+                dtype=self.compute_dtype if self.bf16_weights else torch.float32,
+                **overridden,
             ).eval()
             self.ref_model.requires_grad_(False)
             use_grouped_attention(self.ref_model)  # the actor's attention

@@ -54,9 +54,11 @@ class ActorModelConfig:
     """How the policy model is built for training."""
 
     external_lib: str | None = setting(
-        None, "module imported before the model is built (custom architectures)"
+        None, "module imported first in every process of the run (custom architectures, plugins)"
     )
-    override_config: dict[str, Any] = setting({}, "entries overriding the model's own config")
+    override_config: dict[str, Any] = setting(
+        {}, "entries replacing those of the model's config.json, in trainer and rollout engines"
+    )
     enable_gradient_checkpointing: bool = setting(
         True, "recompute activations in backward to save memory"
     )
