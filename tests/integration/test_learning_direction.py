@@ -23,20 +23,29 @@ critic's targets, are kept) and checks that the same run then misses the margin.
 Measured (the config's seed 42; rewards of the 5 explore steps, gain):
 
     type                right sign                        flipped
+    asymre              0.50 0.38 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
+    cispo               0.50 0.38 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
     grpo                0.50 0.38 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
+    grpo_verl           0.50 0.38 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
     gspo                0.50 0.38 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
     mix                 0.50 0.44 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
+    mix_chord           0.50 0.38 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
     opmd                0.50 0.38 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
     ppo                 0.50 0.38 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
+    rec                 0.50 0.38 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
     reinforceplusplus   0.50 0.38 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
     rloo                0.50 0.38 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
+    sapo                0.50 0.38 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
+    sppo                0.50 0.38 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
+    topr                0.50 0.62 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
 
 MARGIN = 0.3 is safe both ways: the right sign clears it by 0.32 (no run can gain more
 than 1 - 0.38 = 0.62), and a flipped run cannot reach it once its reward has fallen (its
-gain is then negative). With seeds 0-5 every type still ends at 0.94-1.00 (gain +0.56 to
-+0.62; flipped: 0.00, -0.38). The first update sometimes lowers the reward (AdamW's first
-step moves every parameter by about lr, whatever its gradient), hence the last two
-steps. A policy that does not learn stays near 0.38 and fails as well.
+gain is then negative). With seeds 0-5 every type up to rloo still ends at 0.94-1.00 (gain
++0.56 to +0.62; flipped: 0.00, -0.38); asymre, cispo, grpo_verl, mix_chord, rec, sapo,
+sppo and topr were measured at seed 42 only. The first update sometimes lowers the
+reward (AdamW's first step moves every parameter by about lr, whatever its gradient),
+hence the last two steps. A policy that does not learn stays near 0.38 and fails as well.
 
     .venv/bin/pytest -q -n 0 tests/integration/test_learning_direction.py
 """
