@@ -35,14 +35,22 @@ REGISTRIES = {
 BUILTIN_NAMES: dict[str, frozenset[str]] = {
     "workflow": frozenset(
         {
+            "async_math_workflow",
             "countdown_workflow",
             "env_workflow",
+            "frozen_lake_workflow",
             "llm_judge_workflow",
             "math_boxed_workflow",
+            "math_rm_workflow",
+            "math_ruler_workflow",
+            "math_trainable_ruler_workflow",
             "math_workflow",
             "on_policy_distill_math_workflow",
             "on_policy_distill_workflow",
+            "rubric_judge_workflow",
+            "step_wise_env_workflow",
             "tool_call_workflow",
+            "toolcall_workflow",
         }
     ),
     "reward function": frozenset(
@@ -51,6 +59,7 @@ BUILTIN_NAMES: dict[str, frozenset[str]] = {
             "countdown_reward",
             "format_reward",
             "math_boxed_reward",
+            "math_dapo_reward",
             "math_format_reward",
             "math_reward",
         }

@@ -382,8 +382,15 @@ class RunnerPool:
                     rewards,
                 )
                 for exp in experiences:
+                    # a workflow may split its task into advantage groups of its own
+                    # ("<index>-<name>", math_trainable_ruler_workflow's judgements)
+                    sub = exp.eid.task
+                    own = isinstance(sub, str) and sub.startswith(f"{task.index}-")
                     exp.eid = EID(
-                        batch=batch_id, task=task.index, run=exp.eid.run, step=exp.eid.step
+                        batch=batch_id,
+                        task=sub if own else task.index,
+                        run=exp.eid.run,
+                        step=exp.eid.step,
                     )
                     exp.info.setdefault("task_index", task.index)
                     exp.info.setdefault("taskset", task.taskset)

@@ -99,12 +99,31 @@ def math_format_reward(
     return {"accuracy": float(answers_match(response, truth, verify_timeout)), "format": fmt}
 
 
+def reasons_once(response: str) -> bool:
+    """True when the response holds exactly one ``<think>`` followed by one ``</think>``."""
+    start, end = response.find("<think>"), response.find("</think>")
+    once = response.count("<think>") == 1 and response.count("</think>") == 1
+    return once and start < end
+
+
 @REWARD_FNS.register("math_boxed_reward")
 def math_boxed_reward(
-    response: str, truth: object, verify_timeout: float = DEFAULT_TIMEOUT_S
+    response: str,
+    truth: object,
+    verify_timeout: float = DEFAULT_TIMEOUT_S,
+    with_think: bool = False,
+    format_score_coef: float = 0.1,
 ) -> dict[str, float]:
     """1.0 when the response's last ``\\boxed{}`` equals the reference, else 0.0.
 
-    Unlike ``math_reward`` a bare number does not count: the answer must be boxed.
+    Unlike ``math_reward`` a bare number does not count: the answer must be boxed. With
+    ``with_think`` a ``format_score`` component of ``-format_score_coef`` penalises a
+    response that does not reason inside exactly one ``<think>...</think>`` (0 otherwise).
+
+        >>> math_boxed_reward("<think>2+2</think> \\boxed{4}", "4", with_think=True)
+        {'accuracy': 1.0, 'format_score': 0.0}
     """
-    return {"accuracy": float(equivalent(boxed_answer(response), truth, verify_timeout))}
+    components = {"accuracy": float(equivalent(boxed_answer(response), truth, verify_timeout))}
+    if with_think:
+        components["format_score"] = 0.0 if reasons_once(response) else -format_score_coef
+    return components

@@ -1,19 +1,26 @@
 """Workflows: how a task is rolled out. Importing this package registers the built-ins.
 
-``math_workflow``, ``math_boxed_workflow``, ``countdown_workflow``, ``env_workflow``
-(multi-turn text games), ``step_wise_env_workflow``
-(one experience per turn), ``tool_call_workflow``, ``llm_judge_workflow`` and the on-policy
-distillation workflows; see docs/workflows.md.
+``math_workflow`` (also ``async_math_workflow``), ``math_boxed_workflow``,
+``countdown_workflow``, ``env_workflow`` (multi-turn text games), ``step_wise_env_workflow``
+(one experience per turn), ``frozen_lake_workflow``, ``tool_call_workflow``,
+``toolcall_workflow``, the judged ones (``llm_judge_workflow``, ``math_rm_workflow``,
+``math_ruler_workflow``, ``math_trainable_ruler_workflow``, ``rubric_judge_workflow``) and
+the on-policy distillation workflows; see docs/workflows.md.
 """
 
 from trinity.workflows import countdown as _countdown  # noqa: F401
+from trinity.workflows import frozen_lake as _frozen_lake  # noqa: F401
 from trinity.workflows import llm_judge as _llm_judge  # noqa: F401
 from trinity.workflows import math_boxed as _math_boxed  # noqa: F401
 from trinity.workflows import math_workflow as _math_workflow  # noqa: F401
 from trinity.workflows import multi_turn as _multi_turn  # noqa: F401
 from trinity.workflows import on_policy_distill as _on_policy_distill  # noqa: F401
+from trinity.workflows import reward_model as _reward_model  # noqa: F401
+from trinity.workflows import rubric_judge as _rubric_judge  # noqa: F401
+from trinity.workflows import ruler as _ruler  # noqa: F401
 from trinity.workflows import step_wise as _step_wise  # noqa: F401
 from trinity.workflows import tool_call as _tool_call  # noqa: F401
+from trinity.workflows import toolcall as _toolcall  # noqa: F401
 from trinity.workflows.base import Workflow
 from trinity.workflows.registry import WORKFLOWS
 

@@ -4,7 +4,8 @@ The prompt is the task's ``prompt_key`` field as a user message, preceded by the
 format's ``system_prompt`` (or the row's ``system_prompt_key`` field) when given; with
 ``prompt_type: messages`` it is the row's message list. The reward function
 (``math_reward`` unless the taskset names another) compares each answer with the
-task's ``response_key`` field.
+task's ``response_key`` field. ``async_math_workflow`` is the same workflow (Trinity-RFT
+kept sync and async variants; here every workflow runs as a coroutine).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from trinity.workflows.single_turn import build_messages, sample_and_score
 __all__ = ["MathWorkflow", "build_messages"]
 
 
+@WORKFLOWS.register("async_math_workflow")  # Trinity-RFT's name; every workflow is async here
 @WORKFLOWS.register("math_workflow")
 class MathWorkflow(Workflow):
     """Single-turn question answering scored by a reward function."""

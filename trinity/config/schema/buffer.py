@@ -21,7 +21,9 @@ class FormatConfig:
     prompt_type: Literal["plaintext", "messages"] = setting(
         "plaintext", "plaintext: the prompt is a string; messages: a chat message list"
     )
-    prompt_key: str = setting("prompt", "column of the user prompt (plaintext)")
+    prompt_key: str = setting(
+        "prompt", "column of the user prompt (plaintext), or of the raw text (cpt)"
+    )
     response_key: str = setting(
         "response", "column of the reference response or answer (plaintext)"
     )
