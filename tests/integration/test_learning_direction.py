@@ -79,7 +79,9 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.slow
 
-RL_TYPES = sorted(n for n, r in ALGORITHM_DEFAULTS.items() if r.use_rollout and r.advantage_fn != "none")
+RL_TYPES = sorted(
+    n for n, r in ALGORITHM_DEFAULTS.items() if r.use_rollout and r.advantage_fn != "none"
+)
 PROMPT = "Say yes."
 TEMPERATURE = 0.3
 TASKS, ROLLOUTS = 2, 8  # per explore step: TASKS groups of ROLLOUTS
