@@ -4,7 +4,9 @@ sign flipped it does not.
 The trainer tests check that parameters change and metrics stay finite, which a flipped
 sign anywhere between the advantage function and the loss would pass. Here each type
 (every row of ``ALGORITHM_DEFAULTS`` with ``use_rollout``, so a new type is picked up;
-raft has no advantages to flip: it trains on its best rollouts with the SFT loss)
+raft has no advantages to flip: it trains on its best rollouts with the SFT loss;
+on_policy_distill and jsd learn no reward, their direction test is the KL to the teacher
+in tests/integration/test_distill_direction.py)
 trains the tiny model on-policy: the real explorer (rollout engine, runner pool, a
 workflow) samples from the current weights, the real ``Trainer`` with the type's
 resolved config (``make_config``: ppo with its critic, mix with 8 expert rows per step
@@ -80,7 +82,9 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.slow
 
 RL_TYPES = sorted(
-    n for n, r in ALGORITHM_DEFAULTS.items() if r.use_rollout and r.advantage_fn != "none"
+    n
+    for n, r in ALGORITHM_DEFAULTS.items()
+    if r.use_rollout and r.advantage_fn != "none" and n not in ("on_policy_distill", "jsd")
 )
 PROMPT = "Say yes."
 TEMPERATURE = 0.3

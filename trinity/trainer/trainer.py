@@ -529,6 +529,13 @@ class Trainer:
                 self._save_hf_config(directory)
                 self.model.save_pretrained(directory, state_dict=state, safe_serialization=True)
             return directory
+        self._save_hf_model(directory)
+        self.logger.info("exported the policy of step %d to %s", step, directory)
+        return directory
+
+    def _save_hf_model(self, directory: Path) -> None:
+        """Config, tokenizer and weights of a one-rank policy, loadable by
+        ``AutoModelForCausalLM.from_pretrained(directory)``."""
         self._save_hf_config(directory)
         if self.lora is not None:
             lora.export_merged(self.model, directory)
@@ -542,16 +549,17 @@ class Trainer:
             self.model.config.save_pretrained(directory)
         else:
             self.model.save_pretrained(directory, safe_serialization=True)
-        self.logger.info("exported the policy of step %d to %s", step, directory)
-        return directory
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self, job_dir: Path, step: int, keep: int | None = None) -> Path:
         """Model, optimizer and extra state of ``step``; with several ranks every rank
         calls this and writes its own shard files."""
+        tt = self.config.trainer.trainer_config.trainer
+        if tt.remove_previous_ckpt_in_save:  # veRL: it overrides max_*_ckpt_to_keep
+            keep = 1
         if self.world_size > 1:
             return self._save_sharded_checkpoint(Path(job_dir), step, keep)
-        extra = self._rank_extra_state(step)
+        save = self._checkpoint_contents("save_contents")
         if self.critic is not None:
             # before the actor: the actor's save moves the "latest" pointer
             self.critic.save(job_dir, step)
@@ -559,14 +567,25 @@ class Trainer:
             job_dir,
             step,
             model_state=self._model_state(),
-            optim_state=self.optimizer.state_dict(),
-            extra_state=extra,
-            hf_save=self._save_hf_config,
+            optim_state=self.optimizer.state_dict() if "optimizer" in save else None,
+            extra_state=self._rank_extra_state(step) if "extra" in save else None,
+            hf_save=self._save_hf_model if "hf_model" in save else self._save_hf_config,
         )
         ckpt.write_json_atomic(Path(job_dir) / "trainer_meta.json", {"latest_iteration": step})
         ckpt.prune_checkpoints(job_dir, keep)
+        if self.critic is not None:
+            ckpt.prune_critics(
+                job_dir, 1 if tt.remove_previous_ckpt_in_save else tt.max_critic_ckpt_to_keep
+            )
         self.logger.info("saved checkpoint %s", path)
         return path
+
+    def _checkpoint_contents(self, which: str) -> set[str]:
+        """``actor.checkpoint.save_contents`` or ``load_contents``. The model's shards are
+        always written (the explorer resumes from them); optimizer and extra state only
+        when listed; ``hf_model`` adds the weights to ``huggingface/``."""
+        contents = self.config.trainer.trainer_config.actor_rollout_ref.actor.checkpoint
+        return set(getattr(contents, which))
 
     def save_state_dict(self, job_dir: Path, step: int) -> Path:
         """Weights only, for checkpoint-based synchronisation: the full state in one
@@ -591,22 +610,22 @@ class Trainer:
             return 0
         if self.world_size > 1:
             return self._load_sharded_checkpoint(Path(job_dir), step)
-        state = ckpt.load_actor_shard(job_dir, step, "model")
-        if self.lora is not None:
-            lora.load_adapter_state(self.model, state)
-        elif self.master is not None:
-            self.master.load_state_dict(self.model, state)
-        else:
-            self.model.load_state_dict(state)
-        self.optimizer.load_state_dict(ckpt.load_actor_shard(job_dir, step, "optim"))
-        extra = ckpt.load_actor_shard(job_dir, step, "extra_state")
-        self.scheduler.load_state_dict(extra["lr_scheduler"])
-        torch.set_rng_state(extra["torch_rng"])
-        state = random.getstate()
-        random.setstate((state[0], tuple(extra["python_rng"]), state[2]))
+        load = self._checkpoint_contents("load_contents")
+        shard = self._shard_loader(Path(job_dir), step, load)
+        if "model" in load:
+            state = shard("model")
+            if self.lora is not None:
+                lora.load_adapter_state(self.model, state)
+            elif self.master is not None:
+                self.master.load_state_dict(self.model, state)
+            else:
+                self.model.load_state_dict(state)
+        if "optimizer" in load:
+            self.optimizer.load_state_dict(shard("optim"))
+        self._load_extra_state(shard("extra_state") if "extra" in load else None)
         if self.critic is not None:
             self.critic.load(job_dir, step)
-        self.global_step = int(extra["global_step"])
+        self.global_step = step
         self.logger.info("resumed trainer from step %d", step)
         return self.global_step
 
@@ -634,6 +653,33 @@ class Trainer:
             return local
         return distributed.all_reduce_rows(batch.old_logprobs, rows, local)
 
+    def _shard_loader(self, job_dir: Path, step: int, load: set[str]):
+        """kind -> this rank's shard of ``step``; a part ``load_contents`` lists but the
+        checkpoint lacks (``save_contents`` left it out) fails naming both keys."""
+
+        def shard(kind: str):
+            path = ckpt.step_dir(job_dir, step) / "actor"
+            if not (path / ckpt.shard_name(kind, self.world_size, self.rank)).exists():
+                part = {"optim": "optimizer", "extra_state": "extra"}.get(kind, kind)
+                raise TrainerSetupError(
+                    f"checkpoint {path} holds no {part} state (actor.checkpoint.save_contents "
+                    f"left it out); drop '{part}' from actor.checkpoint.load_contents to resume "
+                    "without it"
+                )
+            return ckpt.load_actor_shard(job_dir, step, kind, self.world_size, self.rank)
+
+        return shard
+
+    def _load_extra_state(self, extra: dict[str, Any] | None) -> None:
+        """LR schedule and RNG states; without them (``extra`` not loaded) the schedule
+        starts again and the generators keep their state."""
+        if extra is None:
+            return
+        self.scheduler.load_state_dict(extra["lr_scheduler"])
+        torch.set_rng_state(extra["torch_rng"])
+        state = random.getstate()
+        random.setstate((state[0], tuple(extra["python_rng"]), state[2]))
+
     def _rank_extra_state(self, step: int) -> dict[str, Any]:
         return {
             "global_step": step,
@@ -651,9 +697,20 @@ class Trainer:
         holder = [ckpt.begin_checkpoint(job_dir, step) if self.rank == 0 else None]
         dist.broadcast_object_list(holder, src=0)
         staging = Path(holder[0])
+        save = self._checkpoint_contents("save_contents")
         model_state = distributed.to_local(self.model.state_dict())
-        optim_state = distributed.to_local(self.optimizer.state_dict())
-        extra = self._rank_extra_state(step)
+        optim_state = (
+            distributed.to_local(self.optimizer.state_dict()) if "optimizer" in save else None
+        )
+        extra = self._rank_extra_state(step) if "extra" in save else None
+        # hf_model: the full weights, gathered by every rank, written by rank 0
+        full = distributed.full_state_dict(self.model) if "hf_model" in save else None
+
+        def hf_save(directory: Path) -> None:
+            self._save_hf_config(directory)
+            if full is not None:
+                self.model.save_pretrained(directory, state_dict=full, safe_serialization=True)
+
         interval: list[float] = []
 
         def write() -> None:
@@ -676,9 +733,7 @@ class Trainer:
         )
         path = ckpt.step_dir(job_dir, step) / "actor"
         if self.rank == 0:
-            ckpt.commit_checkpoint(
-                job_dir, step, staging, self.world_size, hf_save=self._save_hf_config
-            )
+            ckpt.commit_checkpoint(job_dir, step, staging, self.world_size, hf_save=hf_save)
             ckpt.write_json_atomic(job_dir / "trainer_meta.json", {"latest_iteration": step})
             ckpt.prune_checkpoints(job_dir, keep)
             self.logger.info("saved checkpoint %s (%d ranks)", path, self.world_size)
@@ -694,17 +749,14 @@ class Trainer:
                 "Hugging Face export (trinity convert)"
             )
 
-        def shard(kind: str):
-            return ckpt.load_actor_shard(job_dir, step, kind, self.world_size, self.rank)
-
-        distributed.load_local_model_state(self.model, shard("model"))
-        distributed.load_local_optimizer_state(self.optimizer, self.model, shard("optim"))
-        extra = shard("extra_state")
-        self.scheduler.load_state_dict(extra["lr_scheduler"])
-        torch.set_rng_state(extra["torch_rng"])
-        state = random.getstate()
-        random.setstate((state[0], tuple(extra["python_rng"]), state[2]))
-        self.global_step = int(extra["global_step"])
+        load = self._checkpoint_contents("load_contents")
+        shard = self._shard_loader(job_dir, step, load)
+        if "model" in load:
+            distributed.load_local_model_state(self.model, shard("model"))
+        if "optimizer" in load:
+            distributed.load_local_optimizer_state(self.optimizer, self.model, shard("optim"))
+        self._load_extra_state(shard("extra_state") if "extra" in load else None)
+        self.global_step = step
         self.logger.info("resumed trainer rank %d from step %d", self.rank, step)
         return self.global_step
 
