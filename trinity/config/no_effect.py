@@ -67,12 +67,6 @@ NO_EFFECT: dict[str, str] = {
         _NO_CHUNKED_ENTROPY
     ),
     "trainer.trainer_config.actor_rollout_ref.actor.entropy_checkpointing": _NO_CHUNKED_ENTROPY,
-    "trainer.trainer_config.actor_rollout_ref.actor.checkpoint.load_contents": (
-        "not implemented: a resumed run loads every part its checkpoint holds"
-    ),
-    "trainer.trainer_config.actor_rollout_ref.actor.checkpoint.save_contents": (
-        "not implemented: a checkpoint always holds model, optimizer and extra state"
-    ),
     "trainer.trainer_config.actor_rollout_ref.actor.optim.total_training_steps": (
         "the policy's schedule spans the run's train steps"
     ),
@@ -108,14 +102,8 @@ NO_EFFECT: dict[str, str] = {
         "not implemented: a batch is split over ranks by row count"
     ),
     "trainer.trainer_config.trainer.default_hdfs_dir": "not implemented: no remote copy is made",
-    "trainer.trainer_config.trainer.remove_previous_ckpt_in_save": (
-        "not implemented: use max_actor_ckpt_to_keep"
-    ),
     "trainer.trainer_config.trainer.del_local_ckpt_after_load": (
         "not implemented: checkpoints stay after loading"
-    ),
-    "trainer.trainer_config.trainer.max_critic_ckpt_to_keep": (
-        "not implemented: the critic is kept with every checkpoint max_actor_ckpt_to_keep keeps"
     ),
     # services and pipelines
     "service.data_juicer.server_url": _NO_SERVER,

@@ -258,7 +258,10 @@ def commit_checkpoint(
     ]
     if missing:
         raise FileNotFoundError(f"ranks {missing} wrote no model file into {actor}")
-    (actor / "fsdp_config.json").write_text(json.dumps({"world_size": world_size}))
+    # "full": a checkpoint to resume from (its optimizer state may be left out by
+    # save_contents), not a weights-only save for checkpoint synchronisation
+    layout = {"world_size": world_size, "full": pointer == LATEST_CHECKPOINT}
+    (actor / "fsdp_config.json").write_text(json.dumps(layout))
     if hf_save is not None:
         hf_save(actor / "huggingface")
     final = step_dir(job_dir, step)
@@ -309,8 +312,30 @@ def prune_checkpoints(job_dir: Path, keep: int | None) -> list[int]:
     return removed
 
 
+def prune_critics(job_dir: Path, keep: int | None) -> list[int]:
+    """Delete the ``critic/`` of the full checkpoints older than the newest ``keep`` that
+    hold one (None or <= 0 keeps all); the actor's files stay."""
+    if not keep or keep <= 0:
+        return []
+    with_critic = [
+        s
+        for s in list_steps(job_dir)
+        if _is_full(job_dir, s) and (step_dir(job_dir, s) / "critic").is_dir()
+    ]
+    removed = []
+    for step in with_critic[:-keep]:
+        doomed = Path(tempfile.mkdtemp(dir=job_dir, prefix=f".global_step_{step}.removing."))
+        os.rename(step_dir(job_dir, step) / "critic", doomed / "critic")
+        shutil.rmtree(doomed, ignore_errors=True)
+        removed.append(step)
+    return removed
+
+
 def _is_full(job_dir: Path, step: int) -> bool:
     actor = step_dir(job_dir, step) / "actor"
+    layout = read_json(actor / "fsdp_config.json") or {}
+    if "full" in layout:
+        return bool(layout["full"])
     return any(p.name.startswith("optim_world_size_") for p in actor.glob("*.pt"))
 
 

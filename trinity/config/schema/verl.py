@@ -75,11 +75,11 @@ class CheckpointContentsConfig:
 
     load_contents: list[CheckpointContent] = setting(
         ["model", "optimizer", "extra"],
-        "parts read when resuming: model, optimizer, extra, hf_model",
+        "parts read when resuming (model, optimizer, extra: LR schedule and RNG states)",
     )
     save_contents: list[CheckpointContent] = setting(
         ["model", "optimizer", "extra"],
-        "parts written at save time; hf_model adds a Hugging Face copy",
+        "parts written at save time; the model always; hf_model adds its weights to huggingface/",
     )
 
 
@@ -230,13 +230,15 @@ class VerlLoopConfig:
     )
     default_hdfs_dir: str | None = setting(None, "remote directory checkpoints are copied to")
     remove_previous_ckpt_in_save: bool = setting(
-        False, "delete the previous checkpoint after saving a new one"
+        False, "keep only the newest checkpoint (overrides max_actor/critic_ckpt_to_keep)"
     )
     del_local_ckpt_after_load: bool = setting(
         False, "delete a local checkpoint once it has been loaded"
     )
     max_actor_ckpt_to_keep: int | None = setting(None, "most actor checkpoints kept; unset: all")
-    max_critic_ckpt_to_keep: int | None = setting(None, "most critic checkpoints kept; unset: all")
+    max_critic_ckpt_to_keep: int | None = setting(
+        None, "most checkpoints that keep their critic/; unset: all"
+    )
 
 
 @dataclass
