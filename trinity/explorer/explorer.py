@@ -244,13 +244,14 @@ class Explorer:
         if fill.kept_groups < self.config.buffer.batch_size:
             self.logger.warning(
                 "explore step %d: dynamic sampling kept %d of %d groups after %d round(s) "
-                "(%d tied groups dropped%s); the step is short",
+                "(%d tied groups dropped%s); %d tied group(s) put back to fill the step",
                 step,
                 fill.kept_groups,
                 self.config.buffer.batch_size,
                 fill.rounds,
                 fill.dropped_groups,
                 ", taskset exhausted" if fill.exhausted else "",
+                fill.topped_up_groups,
             )
         prefix = "rollout/dynamic_sampling"
         return {
@@ -258,6 +259,7 @@ class Explorer:
             f"{prefix}/kept_groups": float(fill.kept_groups),
             f"{prefix}/surplus_groups": float(fill.surplus_groups),
             f"{prefix}/rounds": float(fill.rounds),
+            f"{prefix}/topped_up_groups": float(fill.topped_up_groups),
         }
 
     def evaluate(self, step: int) -> dict[str, float]:

@@ -52,12 +52,27 @@ def test_tied_groups_are_dropped_and_the_step_refilled() -> None:
 
 
 def test_extra_rounds_are_bounded() -> None:
-    # every group ties: 1 + 2 rounds, then the step is returned short (empty)
+    # every group ties: 1 + 2 rounds, then the first tied group fills the one place
     roll_out, calls = rounds_of(*[group(i, 0.0, 0.0) for i in range(10)])
     fill = fill_groups(roll_out, batch_size=1, max_extra_rounds=2)
     assert calls == [0, 1, 2]
-    assert fill.experiences == []
+    assert [e.eid.task for e in fill.experiences] == [0, 0]
     assert (fill.rounds, fill.dropped_groups, fill.exhausted) == (3, 3, False)
+    assert (fill.kept_groups, fill.topped_up_groups) == (0, 1)
+
+
+def test_a_step_short_after_the_last_round_is_topped_up_with_tied_groups() -> None:
+    # round 0: task 0 (1, 0) kept, task 1 (0, 0) tied; round 1: task 2 (1, 1) tied,
+    # task 3 (0.5, 0.5) tied. 3 places: task 0, then tied tasks 1 and 2 in the order
+    # they came; task 3 is left out
+    roll_out, calls = rounds_of(
+        group(0, 1.0, 0.0) + group(1, 0.0, 0.0),
+        group(2, 1.0, 1.0) + group(3, 0.5, 0.5),
+    )
+    fill = fill_groups(roll_out, batch_size=3, max_extra_rounds=1)
+    assert calls == [0, 1]
+    assert [e.eid.task for e in fill.experiences] == [0, 0, 1, 1, 2, 2]
+    assert (fill.kept_groups, fill.dropped_groups, fill.topped_up_groups) == (1, 3, 2)
 
 
 def test_groups_beyond_the_batch_are_surplus_and_exhaustion_stops() -> None:
@@ -69,9 +84,11 @@ def test_groups_beyond_the_batch_are_surplus_and_exhaustion_stops() -> None:
     fill = fill_groups(roll_out, batch_size=2, max_extra_rounds=5)
     assert [e.eid.task for e in fill.experiences] == [0, 0, 2, 2]
     assert (fill.dropped_groups, fill.surplus_groups) == (1, 1)
+    # the taskset ends after one tied group: it is all the step gets
     roll_out, _ = rounds_of(group(0, 1.0, 1.0))
     fill = fill_groups(roll_out, batch_size=2, max_extra_rounds=5)
-    assert (fill.rounds, fill.exhausted, fill.experiences) == (1, True, [])
+    assert (fill.rounds, fill.exhausted, fill.topped_up_groups) == (1, True, 1)
+    assert [e.eid.task for e in fill.experiences] == [0, 0]
 
 
 def test_metric_key_compares_a_reward_component() -> None:
