@@ -1,9 +1,10 @@
 """dapo, multi_step_grpo, gigpo and raft through ``trinity run``: one run, four stages of
 2 steps each on the tiny model (one Ray start for the four types).
 
-dapo answers additions with math_dapo_reward (its dynamic sampling is off here: the tiny
-model answers no addition right, so every group ties and the step would stay empty;
-tests/unit/explorer/test_dynamic_sampling.py covers it); multi_step_grpo and
+dapo answers additions with math_dapo_reward, dynamic sampling on with one extra round:
+the tiny model answers no addition right, so groups tie, are dropped, and the step is
+topped up with them after the extra round (tests/unit/explorer/test_dynamic_sampling.py
+covers the refill with hand-made groups); multi_step_grpo and
 gigpo play guess_number with one experience per turn; raft trains the best additions with
 the SFT loss.
 """
@@ -33,10 +34,10 @@ GUESS_NUMBER = {
 }
 
 
-def stage(name: str, taskset: dict, workflow: str, reward_fn: str | None) -> dict:
+def stage(name: str, taskset: dict, workflow: str, reward_fn: str | None, sampling: dict) -> dict:
     return {
         "stage_name": name,
-        "algorithm": {"algorithm_type": name, "dynamic_sampling": {"enable": False}},
+        "algorithm": {"algorithm_type": name, "dynamic_sampling": sampling},
         "buffer": {
             "explorer_input": {
                 "taskset": taskset,
@@ -72,10 +73,16 @@ def config(model_dir: Path, root: Path) -> dict:
         "explorer": {"runner_per_model": 2, "eval_on_startup": False},
         "synchronizer": {"sync_method": "memory"},
         "stages": [
-            stage("dapo", dapo_taskset, "math_workflow", "math_dapo_reward"),
-            stage("multi_step_grpo", GUESS_NUMBER, "step_wise_env_workflow", None),
-            stage("gigpo", GUESS_NUMBER, "step_wise_env_workflow", None),
-            stage("raft", ARITHMETIC, "math_workflow", "math_reward"),
+            stage(
+                "dapo",
+                dapo_taskset,
+                "math_workflow",
+                "math_dapo_reward",
+                {"enable": True, "max_extra_rounds": 1},
+            ),
+            stage("multi_step_grpo", GUESS_NUMBER, "step_wise_env_workflow", None, {}),
+            stage("gigpo", GUESS_NUMBER, "step_wise_env_workflow", None, {}),
+            stage("raft", ARITHMETIC, "math_workflow", "math_reward", {}),
         ],
     }
 
@@ -100,6 +107,11 @@ def test_four_types_as_stages(tiny_model_dir: Path, tmp_path: Path) -> None:
         assert (job / "global_step_2/actor/model_world_size_1_rank_0.pt").exists(), name
     dapo = rows(tmp_path / "p" / "four" / "dapo", "explorer")
     assert all(r["rollout/reward/format_score/mean"] <= 0 for r in dapo)  # overlong penalty
+    for r in dapo:  # every step full (2 groups), in at most 1 + 1 rounds
+        prefix = "rollout/dynamic_sampling"
+        assert r[f"{prefix}/kept_groups"] + r[f"{prefix}/topped_up_groups"] == 2
+        assert r[f"{prefix}/rounds"] in (1.0, 2.0)
+        assert r["rollout/num_experiences"] == 4
     steps = rows(tmp_path / "p" / "four" / "gigpo", "explorer")
     assert all(r["rollout/num_experiences"] >= 4 for r in steps)  # 2 tasks x 2 episodes
     raft = rows(tmp_path / "p" / "four" / "raft", "explorer")
