@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -163,3 +164,39 @@ def test_split_explore_and_train_processes(tiny_model_dir: Path, tmp_path: Path)
     assert [r["trainer/staleness/mean"] for r in trained] == [0, 0, 0]
     assert (job / "latest_state_dict_iteration.txt").read_text().strip() == "3"
     assert json.loads((job / TRAINER_STATUS).read_text())["state"] == "finished"
+
+
+@pytest.mark.slow
+def test_explorer_driven_run_takes_weights_at_its_sync_points(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    # sync_interval 2: steps 1-2 explore with the initial weights; before step 3 the
+    # explorer asks and gets whatever the trainer has reached then (version 1 or 2, as
+    # fast as each side runs); step 4 is no sync point; the final step is always published
+    result = run_demo(
+        tiny_model_dir,
+        tmp_path,
+        "name=driven",
+        f"buffer.total_steps={STEPS}",
+        "synchronizer.sync_method=memory",
+        "synchronizer.sync_style=explorer_driven",
+        "synchronizer.sync_interval=2",
+        "trainer.save_interval=0",
+        "buffer.trainer_input.experience_buffer.path=null",
+        *QUICK,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    job = tmp_path / "trinity-demo" / "driven"
+    versions = [
+        r["rollout/model_version"]
+        for r in _rows(job / "monitor" / "driven_explorer_metrics.jsonl")
+        if "rollout/staleness" in r
+    ]
+    assert len(versions) == STEPS
+    assert versions[:2] == [0, 0]
+    assert versions[2] in (1, 2)
+    assert versions[3] == versions[2]
+    log = (job / "log" / "trainer.log").read_text()
+    published = sorted({int(m) for m in re.findall(r"published policy version (\d+)", log)})
+    # only the answer to the explorer's request and the last step, not every 2 steps
+    assert published == [versions[2], STEPS]

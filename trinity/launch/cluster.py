@@ -91,9 +91,9 @@ def _auth_mode_for(address: str) -> None:
 def torch_work_overlaps(config: Config) -> bool:
     """Whether several processes of ``config``'s run may run torch work at the same time:
     the explorer ahead of the trainer (``sync_interval`` > 1, ``sync_offset`` > 0 or
-    ``sync_style: dynamic`` in mode both), or several engines decoding side by side."""
+    any ``sync_style`` but fixed in mode both), or several engines decoding side by side."""
     sync, explorer = config.synchronizer, config.explorer
-    ahead = sync.sync_interval > 1 or sync.sync_offset > 0 or sync.sync_style == "dynamic"
+    ahead = sync.sync_interval > 1 or sync.sync_offset > 0 or sync.sync_style != "fixed"
     engines = explorer.rollout_model.engine_num + sum(
         m.engine_num for m in explorer.auxiliary_models
     )

@@ -265,6 +265,7 @@ class TrainerRole:
         self.sender = start_sender(config, synchronizer, self.logger)
         # sync_method memory on one node: the shared-memory slot (trinity.sync.weight_slot)
         self.slot = weights.slot_writer(config, synchronizer)
+        self._published = 0  # the newest policy version this trainer published
         if self.slot is not None:
             self.logger.info("weights are published through the shared file %s", self.slot.path)
 
@@ -275,14 +276,25 @@ class TrainerRole:
 
     def _read_buffer(self, n: int) -> list:
         timeout = self.config.buffer.trainer_input.experience_buffer.max_read_timeout
-        return ray.get(self.buffer.get.remote(n, timeout))
+        batch = self.buffer.get.remote(n, timeout)
+        if self._answers_requests():
+            # explorer_driven: the explorer may wait for these weights before it explores
+            # the steps this batch needs
+            while not ray.wait([batch], timeout=weights.POLL_S)[0]:
+                step = self.trainer.global_step
+                if step > self._published and ray.get(self.sync.sync_requested.remote()):
+                    self._publish(step)
+        return ray.get(batch)
+
+    def _answers_requests(self) -> bool:
+        cfg = self.config
+        return cfg.mode == "both" and cfg.synchronizer.sync_style == "explorer_driven"
 
     @torch_thread_method
     def run(self, total_steps: int, start_step: int = 0, export_hf: bool = False) -> dict[str, Any]:
         """Train ``total_steps`` steps; ``export_hf`` also writes the final policy as a
         Hugging Face directory (``final_model_dir``), where the next stage starts."""
         cfg = self.config
-        syn = cfg.synchronizer
         keep = cfg.trainer.trainer_config.trainer.max_actor_ckpt_to_keep
         step = completed = start_step
         final_model_dir = None
@@ -311,8 +323,9 @@ class TrainerRole:
                 ray.get(self.sync.report.remote("trainer", step, metrics))
                 self.logger.info("train step %d ends: %s", step, _brief(metrics))
                 completed = step
-                if weights.publishes(cfg) and (
-                    step % syn.sync_interval == 0 or step == total_steps
+                requested = self._answers_requests() and ray.get(self.sync.sync_requested.remote())
+                if weights.publishes(cfg) and weights.trainer_publishes_at(
+                    cfg, step, total_steps, requested
                 ):
                     self._publish(step)
                 if cfg.trainer.save_interval > 0 and step % cfg.trainer.save_interval == 0:
@@ -346,6 +359,7 @@ class TrainerRole:
         weights.publish(
             self.trainer, self.config, self.job_dir, self.sync, step, self.sender, self.slot
         )
+        self._published = step
         self.logger.info("published policy version %d in %.2fs", step, time.perf_counter() - start)
 
 

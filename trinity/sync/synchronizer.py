@@ -1,7 +1,9 @@
 """The synchronizer: the meeting point of trainer and explorer for model weights.
 
 The trainer ``publish``es a new policy version every ``sync_interval`` steps; the
-explorer ``wait_for``s the version it needs before an explore step. With
+explorer ``wait_for``s the version it needs before an explore step (with
+``sync_style: explorer_driven`` it ``request``s the trainer's current weights instead,
+and the trainer publishes when it sees the request). With
 ``sync_method: memory`` the weights travel as an object in Ray's object store, kept here
 by reference; with ``checkpoint`` the trainer writes them to ``global_step_N/actor`` and
 with ``nccl`` it broadcasts them to the rollout engines (``trinity.sync.collective``):
@@ -33,6 +35,7 @@ class Synchronizer:
         self.weight_slot = weight_slot
         self.readers = 0  # explorers copying the slot's version
         self.writing = False  # the trainer is overwriting the slot
+        self.requested = False  # sync_style explorer_driven: the explorer asked for weights
         self._changed = asyncio.Condition()
         self.status: dict[str, dict[str, Any]] = {}
         self.finished: dict[str, bool] = {}
@@ -46,6 +49,7 @@ class Synchronizer:
             self.version = version
             self.weights = weights
             self.writing = False
+            self.requested = False
             self._changed.notify_all()
 
     # ---------------------------------------------------------------- weight slot
@@ -102,6 +106,28 @@ class Synchronizer:
                 except asyncio.TimeoutError:
                     continue
             return self.version, self.weights
+
+    async def request(self, current: int, timeout: float) -> tuple[int, list[Any] | None]:
+        """``explorer_driven``: the explorer asks the trainer to publish its current
+        weights and waits for a version newer than ``current``; after ``timeout`` (or once
+        the trainer has finished) it gets whatever is published, maybe ``current`` itself."""
+        async with self._changed:
+            self.requested = True
+            self._changed.notify_all()
+            try:
+                await asyncio.wait_for(
+                    self._changed.wait_for(
+                        lambda: self.version > current or self.finished.get("trainer")
+                    ),
+                    timeout,
+                )
+            except asyncio.TimeoutError:
+                pass  # the explorer asks again at its next sync point
+            return self.version, self.weights
+
+    async def sync_requested(self) -> bool:
+        """Whether the explorer waits for the trainer's current weights."""
+        return self.requested
 
     async def latest(self) -> tuple[int, list[Any] | None]:
         """The newest published version and its weights, without waiting."""

@@ -5,8 +5,15 @@ Schedule (``synchronizer``): the trainer publishes policy version ``v`` after tr
 ``v`` whenever ``v % sync_interval == 0`` (and after its last step). With
 ``sync_style: fixed``, explore step ``s`` uses version
 ``required_version(s) = ((s - 1 - sync_offset) // sync_interval) * sync_interval`` and waits
-for it (at most ``sync_timeout`` seconds); with ``dynamic`` it takes the newest published
-version without ever waiting.
+for it (at most ``sync_timeout`` seconds); with ``trainer_driven`` (alias ``dynamic``) it
+takes the newest published version without ever waiting. With ``explorer_driven`` the
+explorer decides: at its sync points (``explorer_sync_point``: every ``sync_interval``
+explore steps after the first ``sync_offset``) it asks for the trainer's current weights
+and waits for them; the trainer publishes only when asked (after a train step, or while
+it waits for a batch) and after its last step. An unanswered request (``sync_timeout``)
+leaves the explorer on its weights until its next sync point. Across processes (modes
+explore and train) there is no one to ask: the trainer publishes every ``sync_interval``
+steps and the explorer takes the newest version on disk at its sync points.
 
 Where the weights travel:
 
@@ -44,7 +51,7 @@ if TYPE_CHECKING:
     import torch
 
 TRAINER_STATUS = "trainer_status.json"
-_POLL_S = 0.2
+POLL_S = 0.2
 _logger = logging.getLogger("trinity.sync")
 
 
@@ -87,6 +94,25 @@ def from_object_store(packed: dict[str, tuple[str, list[int], Any]]) -> dict[str
 def required_version(step: int, sync_interval: int, sync_offset: int) -> int:
     """Policy version explore step ``step`` (1-based) must use with ``sync_style: fixed``."""
     return max(0, ((step - 1 - sync_offset) // sync_interval) * sync_interval)
+
+
+def explorer_sync_point(step: int, sync_interval: int, sync_offset: int) -> bool:
+    """Whether explore step ``step`` (1-based) asks for new weights with ``explorer_driven``:
+    after every ``sync_interval`` steps that follow the first ``sync_offset``."""
+    done = step - 1 - sync_offset
+    return done > 0 and done % sync_interval == 0
+
+
+def trainer_publishes_at(config: Config, step: int, total_steps: int, requested: bool) -> bool:
+    """Whether the trainer publishes after train step ``step``: every ``sync_interval``
+    steps, or (``explorer_driven`` in mode both) when the explorer has asked; always after
+    the last step."""
+    syn = config.synchronizer
+    if step == total_steps:
+        return True
+    if syn.sync_style == "explorer_driven" and config.mode == "both":
+        return requested
+    return step % syn.sync_interval == 0
 
 
 def staleness(step: int, version: int) -> int:
@@ -183,8 +209,15 @@ class WeightReceiver:
         syn = self.config.synchronizer
         if self.config.mode not in ("both", "explore"):
             return None
-        if syn.sync_style == "dynamic":
+        if syn.sync_style in ("dynamic", "trainer_driven"):
             return self.newest(current)
+        if syn.sync_style == "explorer_driven":
+            if not explorer_sync_point(step, syn.sync_interval, syn.sync_offset):
+                return None
+            if self.config.mode == "explore" or current >= step - 1:
+                # across processes nobody to ask; or nothing newer than step - 1 can exist
+                return self.newest(current)
+            return self.request(current)
         wanted = required_version(step, syn.sync_interval, syn.sync_offset)
         if wanted <= current:
             return None
@@ -209,8 +242,24 @@ class WeightReceiver:
                     f"no policy version >= {version} in {self.job_dir} after {timeout:.0f}s "
                     f"(have {got}); raise synchronizer.sync_timeout if the trainer is slow"
                 )
-            time.sleep(_POLL_S)
+            time.sleep(POLL_S)
         return self._fetch(got, None, current)
+
+    def request(self, current: int) -> tuple[int, dict[str, torch.Tensor]] | None:
+        """``explorer_driven``: ask the trainer for its current weights and wait for a
+        version newer than ``current`` (at most ``sync_timeout``; then keep ``current``)."""
+        import ray
+
+        timeout = self.config.synchronizer.sync_timeout
+        got, weights = ray.get(self.sync.request.remote(current, timeout))
+        if got <= current:
+            self.logger.warning(
+                "the trainer answered no weight request within %.0fs; exploring on with "
+                "policy version %d and asking again at the next sync point",
+                timeout,
+                current,
+            )
+        return self._fetch(got, weights, current)
 
     def newest(self, current: int) -> tuple[int, dict[str, torch.Tensor]] | None:
         """The newest published weights if they are newer than ``current``; never waits."""

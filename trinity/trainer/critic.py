@@ -147,7 +147,7 @@ class Critic:
             total_steps=opt.total_training_steps if opt.total_training_steps > 0 else total_steps,
             lr_warmup_steps=opt.lr_warmup_steps,
             lr_warmup_steps_ratio=opt.lr_warmup_steps_ratio,
-            warmup_style=opt.warmup_style,
+            warmup_style=opt.lr_scheduler_type or opt.warmup_style,
             min_lr_ratio=opt.min_lr_ratio,
         )
         self.cliprange_value = float(cfg.cliprange_value)

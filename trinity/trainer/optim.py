@@ -2,7 +2,8 @@
 
 The schedule is a multiplier on the base LR: a linear warm-up over
 ``lr_warmup_steps`` (or ``lr_warmup_steps_ratio * total_steps`` when steps is negative),
-then either constant or a cosine decay down to ``min_lr_ratio * lr``.
+then constant, or a cosine or linear decay down to ``min_lr_ratio * lr`` at
+``total_steps`` (``algorithm.optimizer.lr_scheduler_type``, formerly ``warmup_style``).
 """
 
 from __future__ import annotations
@@ -27,12 +28,15 @@ def lr_multiplier(
         return (step + 1) / warmup
     if style == "constant":
         return 1.0
-    if style != "cosine":
-        raise ValueError(f"unknown warmup_style '{style}' (valid: constant, cosine)")
+    if style not in ("cosine", "linear"):
+        raise ValueError(f"unknown lr_scheduler_type '{style}' (valid: constant, cosine, linear)")
     decay_steps = max(total_steps - warmup, 1)
     progress = min(max(step - warmup, 0) / decay_steps, 1.0)
-    cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
-    return min_lr_ratio + (1.0 - min_lr_ratio) * cosine
+    if style == "linear":
+        decay = 1.0 - progress
+    else:
+        decay = 0.5 * (1.0 + math.cos(math.pi * progress))
+    return min_lr_ratio + (1.0 - min_lr_ratio) * decay
 
 
 def _can_fuse(params: list[torch.nn.Parameter]) -> bool:

@@ -220,7 +220,7 @@ class Trainer:
             total_steps=total_steps,
             lr_warmup_steps=opt.lr_warmup_steps,
             lr_warmup_steps_ratio=opt.lr_warmup_steps_ratio,
-            warmup_style=opt.warmup_style,
+            warmup_style=opt.lr_scheduler_type or opt.warmup_style,
             min_lr_ratio=opt.min_lr_ratio,
         )
         self.micro_batch_size = max(1, int(actor_cfg.ppo_micro_batch_size_per_gpu))

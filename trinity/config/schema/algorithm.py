@@ -27,11 +27,16 @@ class OptimizerConfig:
     lr_warmup_steps_ratio: float = setting(
         0.0, "warm-up steps as a fraction of total_training_steps"
     )
-    warmup_style: Literal["constant", "cosine"] = setting(
-        "constant", "schedule after warm-up: constant, or cosine decay to min_lr_ratio * lr"
+    lr_scheduler_type: Literal["constant", "cosine", "linear"] | None = setting(
+        None,
+        "schedule after warm-up: constant, cosine or linear decay to min_lr_ratio * lr at "
+        "total_training_steps; unset: warmup_style",
+    )
+    warmup_style: Literal["constant", "cosine", "linear"] = setting(
+        "constant", "older name of lr_scheduler_type, used when that is unset"
     )
     min_lr_ratio: float = setting(
-        0.0, "final learning rate of the cosine schedule, as a fraction of lr"
+        0.0, "final learning rate of the cosine and linear schedules, as a fraction of lr"
     )
     weight_decay: float = setting(0.01, "decoupled (AdamW) weight decay")
     betas: list[float] = setting([0.9, 0.999], "AdamW (beta1, beta2)")

@@ -36,8 +36,13 @@ class SynchronizerConfig:
     sync_interval: int = setting(1, "train steps between weight synchronizations")
     sync_offset: int = setting(0, "explore steps the explorer may run ahead before training starts")
     sync_timeout: float = setting(3600, "seconds to wait for a synchronization")
-    sync_style: Literal["fixed", "dynamic"] = setting(
-        "fixed", "fixed: every sync_interval steps; dynamic: whenever the trainer has new weights"
+    sync_style: Literal["fixed", "trainer_driven", "explorer_driven", "dynamic"] = setting(
+        "fixed",
+        "fixed: explore step s waits for version ((s-1-sync_offset)//sync_interval)*sync_interval; "
+        "trainer_driven (or dynamic): the trainer publishes every sync_interval steps and each "
+        "explore step takes the newest version without waiting; explorer_driven: every "
+        "sync_interval explore steps the explorer asks for the trainer's current weights and "
+        "waits for them (at most sync_timeout)",
     )
 
 
