@@ -59,6 +59,9 @@ NO_EFFECT: dict[str, str] = {
     "trainer.trainer_config.actor_rollout_ref.model.use_fused_kernels": _NO_FUSED,
     "trainer.trainer_config.actor_rollout_ref.model.fused_kernel_options.impl_backend": _NO_FUSED,
     "trainer.trainer_config.actor_rollout_ref.actor.strategy": _STRATEGY,
+    "trainer.trainer_config.actor_rollout_ref.actor.ppo_mini_batch_size": (
+        "overridden by buffer.train_batch_size: one optimizer step per train batch and ppo_epoch"
+    ),
     "trainer.trainer_config.actor_rollout_ref.actor.shuffle": (
         "not implemented: each pass reads the batch in order"
     ),

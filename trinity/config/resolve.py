@@ -14,6 +14,7 @@ environment, no cluster. The documented derivations:
   args from ``model``; workflow and reward names from explorer_input, then buffer;
   without an experience buffer, modes both and explore get a queue named experience_buffer;
 - the short trainer settings and ``algorithm.optimizer`` written into ``trainer_config``;
+  ``actor.ppo_mini_batch_size`` = ``train_batch_size`` (one optimizer step per batch);
   ``trainer.total_steps`` from ``buffer.total_steps`` when that is set.
 """
 
@@ -236,6 +237,17 @@ def _resolve_trainer(cfg: Config) -> None:
     actor = arr.actor
     shortcuts = (
         ("use_dynamic_bsz", actor, "use_dynamic_bsz"),
+    # the FAQ's rule: the trainer makes one optimizer step per train batch
+    actor.ppo_mini_batch_size = cfg.buffer.train_batch_size
+    if trainer.ppo_max_token_len_per_gpu is not None:  # the FAQ's name of the shortcut
+        if trainer.max_token_len_per_gpu not in (None, trainer.ppo_max_token_len_per_gpu):
+            raise ConfigError(
+                "trainer.ppo_max_token_len_per_gpu",
+                "disagrees with trainer.max_token_len_per_gpu, which names the same setting",
+                value=trainer.ppo_max_token_len_per_gpu,
+                valid=f"{trainer.max_token_len_per_gpu}, or set only one of the two",
+            )
+        trainer.max_token_len_per_gpu = trainer.ppo_max_token_len_per_gpu
         ("max_token_len_per_gpu", actor, "ppo_max_token_len_per_gpu"),
         ("ulysses_sequence_parallel_size", actor, "ulysses_sequence_parallel_size"),
         ("grad_clip", actor, "grad_clip"),
@@ -248,6 +260,7 @@ def _resolve_trainer(cfg: Config) -> None:
             setattr(target, name, getattr(trainer, short))
 
     optimizer = cfg.algorithm.optimizer
+    trainer.ppo_max_token_len_per_gpu = trainer.max_token_len_per_gpu
     run_steps = train_steps(cfg)
     if optimizer.total_training_steps == -1 and run_steps is not None:
         optimizer.total_training_steps = run_steps

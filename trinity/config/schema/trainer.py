@@ -47,6 +47,9 @@ class TrainerConfig:
     max_token_len_per_gpu: int | None = setting(
         None, "tokens per packed micro-batch on one rank; overrides actor.ppo_max_token_len_per_gpu"
     )
+    ppo_max_token_len_per_gpu: int | None = setting(
+        None, "the same as max_token_len_per_gpu (the name the FAQ's OOM advice uses)"
+    )
     ulysses_sequence_parallel_size: int | None = setting(
         None, "sequence-parallel size; overrides actor.ulysses_sequence_parallel_size"
     )

@@ -90,6 +90,10 @@ class ActorConfig:
     strategy: Literal["fsdp", "fsdp2"] = setting(
         "fsdp", "data-parallel strategy name (veRL compatibility)"
     )
+    ppo_mini_batch_size: int | None = setting(
+        None,
+        "experiences per optimizer step; always buffer.train_batch_size, which overrides it",
+    )
     ppo_micro_batch_size_per_gpu: int = setting(
         4, "experiences per forward/backward pass on one rank"
     )
