@@ -189,10 +189,15 @@ def test_completions_with_text_and_token_prompts(client, engine):
         ({"model": NAME, "messages": [{"role": "wizard", "content": "hi"}]}, None, 400, "role"),
         ({"model": NAME, "messages": [], "n": 1}, None, 400, "messages"),
         (
-            {"model": NAME, "messages": [{"role": "user", "content": "hi"}], "stream": True},
+            {
+                "model": NAME,
+                "messages": [{"role": "user", "content": "hi"}],
+                "tools": [{"type": "function", "function": {"name": "search"}}],
+                "tool_choice": {"type": "function", "function": {"name": "calculator"}},
+            },
             None,
             400,
-            "stream",
+            "calculator",
         ),
         (
             {"model": "gpt-5", "messages": [{"role": "user", "content": "hi"}]},

@@ -5,10 +5,18 @@ every request goes through :class:`~trinity.models.wrapper.ModelWrapper`, so wit
 ``enable_history`` each call is recorded as experiences for training.
 
     POST /v1/chat/completions   messages, n, temperature, top_p, max_tokens, stop,
-                                logprobs, top_logprobs, seed (+ top_k, min_tokens,
+                                logprobs, top_logprobs, seed, stream, stream_options,
+                                tools, tool_choice (+ top_k, min_tokens,
                                 stop_token_ids, ignore_eos as extensions)
     POST /v1/completions        prompt (text, token ids, or a list of either)
     GET  /v1/models             the served model names
+
+``stream=true`` answers with server-sent events in OpenAI's chunk format, sent once the
+reply is sampled (:mod:`trinity.models.openai_stream`). ``tools`` are rendered through
+the chat template (or the system prompt, for a template without tool support) and the
+reply's ``<tool_call>{json}</tool_call>`` blocks come back as ``message.tool_calls``
+with ``finish_reason: "tool_calls"`` (:mod:`trinity.models.openai_tools`). Streamed and
+tool calls are recorded in the history like any other.
 
 Besides the OpenAI fields, responses carry the token ids (``prompt_token_ids``,
 ``choices[].token_ids``) and the weights' ``model_version``. Logprobs follow the
@@ -89,6 +97,12 @@ class APIError(Exception):
 # ---- request bodies ---------------------------------------------------------------------
 
 
+class _StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    include_usage: bool = False
+
+
 class _Sampling(BaseModel):
     """Fields shared by both endpoints; unknown OpenAI fields are ignored."""
 
@@ -102,6 +116,7 @@ class _Sampling(BaseModel):
     stop: str | list[str] | None = None
     seed: int | None = Field(None, ge=INT64_MIN, le=INT64_MAX)
     stream: bool = False
+    stream_options: _StreamOptions | None = None
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
     # extensions (vLLM's names)
@@ -110,9 +125,11 @@ class _Sampling(BaseModel):
     stop_token_ids: list[TokenId] | None = None
     ignore_eos: bool = False
 
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
     def rollout_args(self) -> dict[str, Any]:
-        if self.stream:
-            raise APIError(400, "stream=true is not supported; send stream=false", param="stream")
         for name in ("frequency_penalty", "presence_penalty"):
             if getattr(self, name):
                 raise APIError(400, f"{name} is not supported; leave it at 0", param=name)
@@ -148,12 +165,56 @@ class _Message(BaseModel):
         return {"role": self.role, "content": content or "", **extra}
 
 
+class _Function(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(min_length=1)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class _Tool(BaseModel):
+    type: Literal["function"]
+    function: _Function
+
+
+class _FunctionName(BaseModel):
+    name: str
+
+
+class _NamedToolChoice(BaseModel):
+    type: Literal["function"]
+    function: _FunctionName
+
+
 class ChatCompletionRequest(_Sampling):
     messages: list[_Message] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
-    tools: list[Any] | None = None
+    tools: list[_Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | _NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None  # accepted; every call in a reply is returned
+
+    def tool_specs(self) -> list[dict[str, Any]]:
+        """The tools to offer the model under ``tool_choice`` (see openai_tools)."""
+        tools = [t.model_dump(exclude_none=True) for t in self.tools or []]
+        choice = self.tool_choice
+        if choice == "none":
+            return []
+        if isinstance(choice, _NamedToolChoice):
+            named = [t for t in tools if t["function"]["name"] == choice.function.name]
+            if not named:
+                raise APIError(
+                    400,
+                    f"tool_choice names the function '{choice.function.name}', which is not "
+                    f"in tools {[t['function']['name'] for t in tools]}",
+                    param="tool_choice",
+                )
+            return named
+        if choice == "required" and not tools:
+            raise APIError(400, "tool_choice 'required' needs tools", param="tool_choice")
+        return tools
 
 
 class CompletionRequest(_Sampling):
@@ -246,19 +307,19 @@ def create_app(
         return _list_models(scoped(key))
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(body: ChatCompletionRequest) -> dict[str, Any]:
+    async def chat_completions(body: ChatCompletionRequest) -> Any:
         return await _chat(body, pick(body.model, models))
 
     @app.post("/scoped/{key}/v1/chat/completions")
-    async def scoped_chat_completions(key: str, body: ChatCompletionRequest) -> dict[str, Any]:
+    async def scoped_chat_completions(key: str, body: ChatCompletionRequest) -> Any:
         return await _chat(body, pick(body.model, scoped(key)))
 
     @app.post("/v1/completions")
-    async def completions(body: CompletionRequest) -> dict[str, Any]:
+    async def completions(body: CompletionRequest) -> Any:
         return await _complete(body, pick(body.model, models))
 
     @app.post("/scoped/{key}/v1/completions")
-    async def scoped_completions(key: str, body: CompletionRequest) -> dict[str, Any]:
+    async def scoped_completions(key: str, body: CompletionRequest) -> Any:
         return await _complete(body, pick(body.model, scoped(key)))
 
     return app
@@ -278,38 +339,65 @@ def _list_models(models: dict[str, ModelWrapper]) -> dict[str, Any]:
     return {"object": "list", "data": data}
 
 
-async def _chat(body: ChatCompletionRequest, wrapper: ModelWrapper) -> dict[str, Any]:
-    if body.tools:
-        raise APIError(
-            400, "tools are not supported; describe tools in the messages", param="tools"
-        )
+async def _chat(body: ChatCompletionRequest, wrapper: ModelWrapper) -> Any:
     args = body.rollout_args()
     _check_token_ids(args["stop_token_ids"], wrapper, "stop_token_ids")
     args["max_tokens"] = body.max_completion_tokens or body.max_tokens
     messages = [m.as_dict() for m in body.messages]
-    experiences = await _call(wrapper.achat(messages, body.n, response_limits=False, **args))
+    tools = body.tool_specs()
+    template_tools = None
+    if tools:
+        from trinity.models.openai_tools import tool_prompt
+
+        messages, template_tools = tool_prompt(
+            wrapper.tokenizer, messages, tools, wrapper.template_args
+        )
+    experiences = await _call(
+        wrapper.achat(messages, body.n, response_limits=False, tools=template_tools, **args)
+    )
     top = body.top_logprobs or 0
-    choices = []
+    choices, parts = [], []
     for i, exp in enumerate(experiences):
         logprobs = None
         if body.logprobs:
-            content = await asyncio.to_thread(
+            logprobs = await asyncio.to_thread(
                 _token_logprobs, wrapper, exp, top, args["temperature"]
             )
-            logprobs = {"content": content}
+        message: dict[str, Any] = {"role": "assistant", "content": exp.response_text}
+        finish_reason = exp.info["finish_reason"]
+        calls = None
+        if tools:
+            from trinity.models.openai_tools import split_tool_calls
+
+            allowed = {t["function"]["name"] for t in tools}
+            content, found = split_tool_calls(exp.response_text, allowed)
+            if found:
+                message, calls = {**message, "content": content, "tool_calls": found}, found
+                finish_reason = "tool_calls"
         choices.append(
             {
                 "index": i,
-                "message": {"role": "assistant", "content": exp.response_text},
-                "finish_reason": exp.info["finish_reason"],
-                "logprobs": logprobs,
+                "message": message,
+                "finish_reason": finish_reason,
+                "logprobs": None if logprobs is None else {"content": logprobs},
                 "token_ids": exp.response_tokens.tolist(),
             }
         )
-    return _envelope("chat.completion", body.model, body.n, experiences, choices)
+        parts.append({"logprobs": logprobs, "tool_calls": calls, "exp": exp})
+    envelope = _envelope("chat.completion", body.model, body.n, experiences, choices)
+    if not body.stream:
+        return envelope
+    from trinity.models.openai_stream import chat_chunks, sse_response, token_pieces
+
+    for part in parts:
+        exp = part.pop("exp")
+        part["pieces"] = token_pieces(
+            wrapper.tokenizer, exp.response_tokens.tolist(), exp.response_text
+        )
+    return sse_response(chat_chunks(envelope, parts, body.include_usage))
 
 
-async def _complete(body: CompletionRequest, wrapper: ModelWrapper) -> dict[str, Any]:
+async def _complete(body: CompletionRequest, wrapper: ModelWrapper) -> Any:
     if body.echo:
         raise APIError(400, "echo=true is not supported", param="echo")
     prompts = _prompt_list(body.prompt)
@@ -348,7 +436,16 @@ async def _complete(body: CompletionRequest, wrapper: ModelWrapper) -> dict[str,
                 "prompt_token_ids": exp.tokens[: exp.prompt_length].tolist(),
             }
         )
-    return _envelope("text_completion", body.model, body.n, experiences, choices)
+    envelope = _envelope("text_completion", body.model, body.n, experiences, choices)
+    if not body.stream:
+        return envelope
+    from trinity.models.openai_stream import completion_chunks, sse_response, token_pieces
+
+    pieces = [
+        token_pieces(wrapper.tokenizer, exp.response_tokens.tolist(), exp.response_text)
+        for exp in experiences
+    ]
+    return sse_response(completion_chunks(envelope, pieces, body.include_usage))
 
 
 async def _call(coro: Any) -> list[Experience]:

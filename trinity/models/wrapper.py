@@ -161,15 +161,17 @@ class ModelWrapper:
         n: int = 1,
         *,
         response_limits: bool = True,
+        tools: list[dict[str, Any]] | None = None,
         **rollout_args: Any,
     ) -> list[Experience]:
         """Sample ``n`` assistant replies to ``messages``; one Experience per reply.
 
         ``response_limits=False`` ignores ``max/min_response_tokens`` (the OpenAI
         endpoint's behaviour: only ``max_model_len`` bounds a reply without max_tokens).
+        ``tools`` (OpenAI-style specs) go to the chat template's ``tools`` argument.
         """
         self._refuse_if_closed()
-        return self._run(self._prepare_chat(messages, n, rollout_args, response_limits))
+        return self._run(self._prepare_chat(messages, n, rollout_args, response_limits, tools))
 
     async def achat(
         self,
@@ -177,11 +179,13 @@ class ModelWrapper:
         n: int = 1,
         *,
         response_limits: bool = True,
+        tools: list[dict[str, Any]] | None = None,
         **rollout_args: Any,
     ) -> list[Experience]:
         """Async :meth:`chat`."""
         self._refuse_if_closed()
-        return await self._arun(self._prepare_chat(messages, n, rollout_args, response_limits))
+        prepared = self._prepare_chat(messages, n, rollout_args, response_limits, tools)
+        return await self._arun(prepared)
 
     def generate(
         self,
@@ -390,8 +394,14 @@ class ModelWrapper:
         n: int,
         rollout_args: dict[str, Any],
         response_limits: bool,
+        tools: list[dict[str, Any]] | None = None,
     ) -> _Prepared:
-        ids = self.engine.apply_chat_template(messages)
+        if tools:
+            from trinity.models.engine import render_chat
+
+            ids = render_chat(self.tokenizer, messages, True, **self.template_args, tools=tools)
+        else:
+            ids = self.engine.apply_chat_template(messages)
         ids, truncated = self._fit_prompt(ids)
         text = self.tokenizer.decode(ids)
         params = self._params(n, rollout_args, response_limits)

@@ -67,15 +67,15 @@ def _operations() -> list[tuple[str, str, GenerationMode]]:
 def _cheap(body: dict, supported_only: bool) -> None:
     """Name the served model and ask for few short samples of few prompts: the engine's
     own tests cover long and wide batches, here each request should take milliseconds.
-    ``supported_only`` drops the options the server refuses (stream, echo, penalties)."""
+    ``supported_only`` drops the options the server refuses (echo, penalties)."""
     body["model"] = NAME
     if supported_only:
-        for key in ("stream", "echo", "frequency_penalty", "presence_penalty", "tools"):
+        for key in ("echo", "frequency_penalty", "presence_penalty"):
             body.pop(key, None)
-    if isinstance(body.get("n"), int):
+    if isinstance(body.get("n"), int | float) and not isinstance(body["n"], bool):
         body["n"] = min(body["n"], 4)
     for key in ("max_tokens", "max_completion_tokens"):
-        if isinstance(body.get(key), int):
+        if isinstance(body.get(key), int | float) and not isinstance(body[key], bool):
             body[key] = min(body[key], MAX_TOKENS)
     if body.get("max_tokens") is None and body.get("max_completion_tokens") is None:
         body["max_tokens"] = MAX_TOKENS
