@@ -195,6 +195,8 @@ def _resolve_explorer(cfg: Config) -> None:
     rollout.model_path = rollout.model_path or model.model_path
     if rollout.chat_template is None:
         rollout.chat_template = model.custom_chat_template
+    if model.enable_thinking is not None:  # the policy's setting, as upstream writes it
+        rollout.enable_thinking = model.enable_thinking
     if rollout.max_prompt_tokens is None:
         rollout.max_prompt_tokens = model.max_prompt_tokens
     if rollout.max_response_tokens is None:

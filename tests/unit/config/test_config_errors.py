@@ -65,6 +65,17 @@ BAD_CONFIGS = {
         "did you mean 'tensorboard'?",
     ),
     "bad mode": (setting("mode", "serve"), "mode", "both, train, explore, bench"),
+    # upstream's Megatron-LM trainer: only the data-parallel strategies exist here
+    "megatron actor": (
+        setting("trainer.trainer_config.actor_rollout_ref.actor.strategy", "megatron"),
+        "trainer.trainer_config.actor_rollout_ref.actor.strategy",
+        "(given: 'megatron'); valid: fsdp, fsdp2",
+    ),
+    "megatron critic": (
+        setting("trainer.trainer_config.critic.strategy", "megatron"),
+        "trainer.trainer_config.critic.strategy",
+        "(given: 'megatron'); valid: fsdp, fsdp2",
+    ),
     "unknown algorithm": (
         setting("algorithm.algorithm_type", "grpoo"),
         "algorithm.algorithm_type",

@@ -57,6 +57,11 @@ class ModelConfig:
     custom_chat_template: str | None = setting(
         None, "Jinja chat template replacing the tokenizer's"
     )
+    enable_thinking: bool | None = setting(
+        None,
+        "enable_thinking variable of the chat template for the rollout model and SFT / DPO "
+        "rows; unset: explorer.rollout_model.enable_thinking",
+    )
     temperature: float = setting(1.0, "default sampling temperature of rollouts")
     top_p: float = setting(1.0, "default nucleus-sampling probability mass of rollouts")
     top_k: int = setting(-1, "default top-k of rollouts; -1 disables")

@@ -1,0 +1,177 @@
+"""Algorithm types through ``trinity run``, several per process by way of ``stages``.
+
+- ``--dry-run`` accepts every type of ``ALGORITHM_DEFAULTS`` with its default parts: one
+  config holds one stage per type (``algorithm`` is the type alone; ``mode``, ``buffer``
+  and ``explorer`` come from the type's example, for its data and models), and the
+  report's stage lines show each type's resolved parts. One process, no Ray.
+- A misspelt ``policy_loss_fn_args`` / ``advantage_fn_args`` name fails at load, naming
+  the key path and the part's valid argument names, for every type's default parts.
+- The types composed of existing parts (cpt, asymre, topr, cispo, sapo, mix_chord, sppo,
+  rec, grpo_verl) each train 2 steps on the tiny model as the stages of one
+  ``trinity run`` (one Ray start), from their example configs made small.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from cli_testing import REPO, run_cli
+
+from trinity.config import ConfigError, load_config
+from trinity.config.algorithm_defaults import ALGORITHM_DEFAULTS, NONE
+
+EXAMPLES = REPO / "examples"
+TYPES = sorted(ALGORITHM_DEFAULTS)
+# each type of the run and the metrics its loss reports
+RUN_TYPES = {
+    "cpt": ("actor/sft_loss",),
+    "asymre": ("actor/pg_loss",),
+    "topr": ("actor/pg_loss", "actor/topr_alpha"),
+    "cispo": ("actor/pg_loss", "actor/cispo_dropfrac"),
+    "sapo": ("actor/pg_loss", "actor/sapo_gate"),
+    "mix_chord": ("actor/pg_loss", "actor/sft_loss", "actor/chord_mu"),
+    "sppo": ("actor/pg_loss", "actor/pg_clipfrac"),
+    "rec": ("actor/pg_loss", "actor/pg_clipfrac"),
+    "grpo_verl": ("actor/pg_loss", "actor/pg_clipfrac_lower"),
+}
+
+
+def example(algorithm_type: str) -> dict:
+    path = EXAMPLES / algorithm_type / f"{algorithm_type}.yaml"
+    return yaml.safe_load(path.read_text())
+
+
+def staged_config(model_dir: Path, root: Path, stages: list[dict]) -> Path:
+    """A config of ``stages`` on the tiny model, its jobs under ``root``; what the stages
+    leave out comes from the grpo example."""
+    config = example("grpo")  # the sections the stages leave out
+    config.update(
+        project="types",
+        name="stages",
+        checkpoint_root_dir=str(root),
+        continue_from_checkpoint=True,
+        stages=stages,
+    )
+    config["model"].update(model_path=str(model_dir), max_response_tokens=8)
+    # parts and arguments set here would reach every stage: the types' defaults only
+    config["algorithm"] = {"algorithm_type": "grpo", "repeat_times": 2}
+    path = root / "stages.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def defaults_stage(algorithm_type: str) -> dict:
+    """Stage ``algorithm_type`` with its default parts and its example's data and models."""
+    ex = example(algorithm_type)
+    stage = {"stage_name": algorithm_type, "mode": ex.get("mode", "both")}
+    stage["algorithm"] = {"algorithm_type": algorithm_type}
+    if ex["algorithm"].get("repeat_times"):
+        stage["algorithm"]["repeat_times"] = ex["algorithm"]["repeat_times"]
+    for section in ("buffer", "explorer"):
+        if section in ex:
+            stage[section] = ex[section]
+    return stage
+
+
+def test_dry_run_accepts_every_type_with_its_defaults(tiny_model_dir: Path, tmp_path: Path) -> None:
+    path = staged_config(tiny_model_dir, tmp_path, [defaults_stage(t) for t in TYPES])
+    result = run_cli("run", "--config", str(path), "--dry-run")
+    assert result.returncode == 0, result.stderr[-4000:]
+    stages = result.stdout.split("# Stages (run in order)\n", 1)[1]
+    for name in TYPES:
+        row = ALGORITHM_DEFAULTS[name]
+        mode = "both" if row.use_rollout else "train"
+        parts = (
+            f"advantage_fn {row.advantage_fn}, policy_loss_fn {row.policy_loss_fn}, "
+            f"kl_loss_fn {row.kl_loss_fn}, kl_penalty_fn {row.kl_penalty_fn}, "
+            f"entropy_loss_fn {row.entropy_loss_fn}"
+        )
+        assert f"stages/{name}: mode {mode}, algorithm {name} ({parts})" in stages, name
+
+
+def arg_names(kind: str, name: str) -> list[str]:
+    from trinity.algorithm import ADVANTAGE_FN, POLICY_LOSS_FN
+
+    registry = {"advantage_fn": ADVANTAGE_FN, "policy_loss_fn": POLICY_LOSS_FN}[kind]
+    return [f.name for f in dataclasses.fields(registry.get(name).Args)]
+
+
+@pytest.mark.parametrize("algorithm_type", TYPES)
+def test_a_wrong_argument_name_fails_naming_the_key_and_the_valid_names(
+    algorithm_type: str,
+) -> None:
+    path = EXAMPLES / algorithm_type / f"{algorithm_type}.yaml"
+    row = ALGORITHM_DEFAULTS[algorithm_type]
+    kinds = [("policy_loss_fn", row.policy_loss_fn)]
+    if row.advantage_fn != NONE:
+        kinds.append(("advantage_fn", row.advantage_fn))
+    for kind, name in kinds:
+        with pytest.raises(ConfigError) as err:
+            load_config(path, [f"algorithm.{kind}_args.no_such_arg=1"])
+        message = str(err.value)
+        assert message.startswith(f"algorithm.{kind}_args: {kind} '{name}'"), message
+        assert "'no_such_arg'" in message
+        valid = message.split("valid arguments: ", 1)[1].split(" (given", 1)[0]
+        assert valid.split(", ") == (arg_names(kind, name) or ["(none)"])
+
+
+def test_the_cli_names_a_misspelt_argument_and_exits_with_a_config_error() -> None:
+    result = run_cli(
+        "run",
+        "--config",
+        str(EXAMPLES / "topr" / "topr.yaml"),
+        "--dry-run",
+        "algorithm.policy_loss_fn_args.advantage_treshold=0.5",
+    )
+    assert result.returncode == 2, result.stdout[-2000:]
+    assert result.stderr.startswith(
+        "trinity: config error: algorithm.policy_loss_fn_args: policy_loss_fn 'topr' got "
+        "unknown argument(s) 'advantage_treshold'; valid arguments: advantage_threshold, "
+        "loss_agg_mode"
+    ), result.stderr
+
+
+def small_stage(algorithm_type: str) -> dict:
+    """Stage ``algorithm_type``: its example, 2 steps of 2 tasks x 2 rollouts (or 2 rows)."""
+    ex = example(algorithm_type)
+    algorithm = {**ex["algorithm"], "optimizer": {"lr": 1e-3}}
+    buffer = {**ex["buffer"], "batch_size": 2, "total_steps": 2}
+    buffer.pop("total_epochs", None)
+    stage = {"stage_name": algorithm_type, "mode": ex.get("mode", "both")}
+    if stage["mode"] == "train":
+        buffer["train_batch_size"] = 2
+    else:
+        algorithm["repeat_times"] = 2
+        buffer["explorer_input"] = {**buffer["explorer_input"], "eval_tasksets": []}
+        stage["explorer"] = {"runner_per_model": 2, "eval_on_startup": False}
+    stage.update(algorithm=algorithm, buffer=buffer)
+    return stage
+
+
+def trainer_rows(job: Path) -> list[dict]:
+    [path] = (job / "monitor").rglob("*_trainer_metrics.jsonl")
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_each_type_trains_two_steps_as_a_stage_of_one_run(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    path = staged_config(tiny_model_dir, tmp_path, [small_stage(t) for t in RUN_TYPES])
+    result = run_cli("run", "--config", str(path))
+    assert result.returncode == 0, result.stderr[-4000:]
+    for name, metrics in RUN_TYPES.items():
+        job = tmp_path / "types" / "stages" / name
+        config = yaml.safe_load((job / "config.yaml").read_text())
+        assert config["algorithm"]["algorithm_type"] == name
+        rows = trainer_rows(job)
+        assert [r["step"] for r in rows] == [1, 2], name
+        for row in rows:
+            for key in metrics:
+                assert math.isfinite(row[key]), (name, key, row.get(key))
+        assert (job / "global_step_2" / "actor" / "model_world_size_1_rank_0.pt").exists()
