@@ -237,8 +237,6 @@ def _resolve_trainer(cfg: Config) -> None:
     tc = trainer.trainer_config = trainer.trainer_config or VerlTrainerConfig()
     arr = tc.actor_rollout_ref
     actor = arr.actor
-    shortcuts = (
-        ("use_dynamic_bsz", actor, "use_dynamic_bsz"),
     # the FAQ's rule: the trainer makes one optimizer step per train batch
     actor.ppo_mini_batch_size = cfg.buffer.train_batch_size
     if trainer.ppo_max_token_len_per_gpu is not None:  # the FAQ's name of the shortcut
@@ -250,6 +248,8 @@ def _resolve_trainer(cfg: Config) -> None:
                 valid=f"{trainer.max_token_len_per_gpu}, or set only one of the two",
             )
         trainer.max_token_len_per_gpu = trainer.ppo_max_token_len_per_gpu
+    shortcuts = (
+        ("use_dynamic_bsz", actor, "use_dynamic_bsz"),
         ("max_token_len_per_gpu", actor, "ppo_max_token_len_per_gpu"),
         ("ulysses_sequence_parallel_size", actor, "ulysses_sequence_parallel_size"),
         ("grad_clip", actor, "grad_clip"),
@@ -260,9 +260,9 @@ def _resolve_trainer(cfg: Config) -> None:
             setattr(trainer, short, getattr(target, name))
         else:
             setattr(target, name, getattr(trainer, short))
+    trainer.ppo_max_token_len_per_gpu = trainer.max_token_len_per_gpu
 
     optimizer = cfg.algorithm.optimizer
-    trainer.ppo_max_token_len_per_gpu = trainer.max_token_len_per_gpu
     run_steps = train_steps(cfg)
     if optimizer.total_training_steps == -1 and run_steps is not None:
         optimizer.total_training_steps = run_steps
