@@ -237,6 +237,13 @@ def _check_model(cfg: Config) -> None:
             valid=f"an integer < {response}",
         )
     _check_sampling("model", model.temperature, model.top_p)
+    if model.external_model.enable and cfg.mode not in ("explore", "bench"):
+        raise ConfigError(
+            "model.external_model.enable",
+            f"an external endpoint keeps its own weights, so mode {cfg.mode} cannot train it",
+            value=True,
+            valid="false, or mode explore or bench",
+        )
     _check_lora(cfg)
 
 

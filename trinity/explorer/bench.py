@@ -8,7 +8,8 @@ eval taskset is run on the base model (``model.model_path``, step 0) and then on
 ``global_step_<N>`` that holds model weights, oldest first; with
 ``explorer.bench_on_latest_checkpoint`` only the newest checkpoint (or the base model
 when there is none) is evaluated. Each evaluation is one metric row of the monitor run
-``<name>_bench``, logged at the checkpoint's step.
+``<name>_bench``, logged at the checkpoint's step. With ``model.external_model.enable``
+the external endpoint is evaluated once, at step 0.
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ class Bench:
     def run(self) -> dict[int, dict[str, float]]:
         """Evaluate every selected model; returns step -> metrics, in step order."""
         steps = bench_steps(self.job_dir, self.config.explorer.bench_on_latest_checkpoint)
+        if self.config.model.external_model.enable:
+            steps = [0]  # the endpoint serves its own weights; no checkpoint goes to it
         self.logger.info("bench evaluates steps %s of %s", steps, self.job_dir)
         rows: dict[int, dict[str, float]] = {}
         for step in steps:

@@ -184,6 +184,20 @@ class RolloutEngines:
         """The rollout model's replicas, serving the weights in ``model_dir``."""
         rollout = config.explorer.rollout_model
         max_model_len = rollout.max_model_len or config.model.max_model_len
+        external = config.model.external_model
+        if external.enable:  # the endpoint stands in for every replica
+            from trinity.models.external import OpenAIEngine
+
+            engine = OpenAIEngine.from_env(
+                external.base_url_env,
+                external.api_key_env,
+                external.model_name or config.model.model_path,
+                str(model_dir),
+                max_model_len=max_model_len,
+                chat_template=rollout.chat_template,
+                enable_thinking=rollout.enable_thinking,
+            )
+            return cls([engine])  # type: ignore[list-item]
         tc = config.trainer.trainer_config
         # the policy's config as the trainer builds it (trinity/models/overrides.py)
         override = dict(tc.actor_rollout_ref.model.override_config) if tc is not None else {}

@@ -28,6 +28,22 @@ class LoRAConfig:
 
 
 @dataclass
+class ExternalModelConfig:
+    """An OpenAI-compatible endpoint that stands in for the rollout model (explore, bench)."""
+
+    enable: bool = setting(
+        False, "roll out with the endpoint instead of a local engine (mode explore or bench)"
+    )
+    base_url_env: str = setting(
+        "OPENAI_BASE_URL", "environment variable holding the endpoint, e.g. http://host:8000/v1"
+    )
+    api_key_env: str = setting("OPENAI_API_KEY", "environment variable holding its API key")
+    model_name: str | None = setting(
+        None, "model name the endpoint serves; unset: model.model_path"
+    )
+
+
+@dataclass
 class ModelConfig:
     """The trained model and the limits every engine and the trainer share."""
 
@@ -70,6 +86,10 @@ class ModelConfig:
     )
     dtype: Dtype = setting(
         "bfloat16", "parameter/compute dtype of rollout and training: bfloat16 or float32"
+    )
+    external_model: ExternalModelConfig = setting(
+        ExternalModelConfig,
+        "an external OpenAI-compatible endpoint as the rollout model (model_path: its tokenizer)",
     )
     lora_configs: list[LoRAConfig] = setting(
         [],
