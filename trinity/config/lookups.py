@@ -1,9 +1,9 @@
 """What a run will look up, checked before it starts: registered names and data paths.
 
 ``trinity run`` (and ``--dry-run``) calls ``check_lookups`` after ``load_config`` and the
-``--plugin-dir`` imports, so a workflow, reward function or pipeline operator the run
-could not find, or a dataset path that holds nothing, fails in one line naming the key
-instead of when the explorer or trainer starts. These checks depend on this machine
+``--plugin-dir`` imports, so a workflow, reward function, pipeline operator or monitor
+the run could not find, or a dataset path that holds nothing, fails in one line naming
+the key instead of when the explorer or trainer starts. These checks depend on this machine
 (its files, the plugins imported, the modules installed), so they are not part of
 ``validate``, which judges the config alone.
 
@@ -31,6 +31,7 @@ REGISTRIES = {
     "reward function": ("trinity.rewards", "REWARD_FNS"),
     "experience operator": ("trinity.pipeline", "EXPERIENCE_OPERATORS"),
     "task operator": ("trinity.pipeline", "TASK_OPERATORS"),
+    "monitor": ("trinity.monitor", "MONITORS"),
 }
 BUILTIN_NAMES: dict[str, frozenset[str]] = {
     "workflow": frozenset(
@@ -74,6 +75,7 @@ BUILTIN_NAMES: dict[str, frozenset[str]] = {
         }
     ),
     "task operator": frozenset({"data_juicer", "dedupe", "value_filter"}),
+    "monitor": frozenset({"console", "jsonl", "mlflow", "tensorboard", "wandb"}),
 }
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+$")
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")  # trinity/trainer/checkpoint.py's layout
@@ -168,6 +170,10 @@ def _check_stage(cfg: Config) -> None:
 
 def _names(cfg: Config) -> Iterator[tuple[str, str, str]]:
     """``(key path, registry kind, name)`` of every name the run will look up."""
+    # every mode logs metrics; make_monitor splits the names the same way
+    for name in cfg.monitor.monitor_type.split(","):
+        if name.strip():
+            yield "monitor.monitor_type", "monitor", name.strip()
     buffer, ei = cfg.buffer, cfg.buffer.explorer_input
     if cfg.mode in ("both", "explore", "bench"):
         levels = [("buffer", buffer), ("buffer.explorer_input", ei)]

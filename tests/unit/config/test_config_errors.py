@@ -59,10 +59,11 @@ BAD_CONFIGS = {
         "algorithm.repeat_times",
         "an integer",
     ),
+    # (a misspelt monitor_type fails at --dry-run instead: plugins may register monitors)
     "bad enum": (
-        setting("monitor.monitor_type", "tensorbord"),
-        "monitor.monitor_type",
-        "did you mean 'tensorboard'?",
+        setting("synchronizer.sync_method", "ncll"),
+        "synchronizer.sync_method",
+        "did you mean 'nccl'?",
     ),
     "bad mode": (setting("mode", "serve"), "mode", "both, train, explore, bench"),
     # upstream's Megatron-LM trainer: only the data-parallel strategies exist here

@@ -8,7 +8,6 @@ from typing import Any, Literal
 from trinity.config.setting import setting
 
 SyncMethod = Literal["nccl", "checkpoint", "memory"]
-MonitorType = Literal["tensorboard", "wandb", "mlflow", "console"]
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
@@ -50,7 +49,11 @@ class SynchronizerConfig:
 class MonitorConfig:
     """Where metrics go."""
 
-    monitor_type: MonitorType = setting("tensorboard", "tensorboard, wandb, mlflow or console")
+    monitor_type: str = setting(
+        "tensorboard",
+        "tensorboard, wandb, mlflow, console, a name a plugin registers, or several "
+        "comma-separated (tensorboard,console)",
+    )
     monitor_args: dict[str, Any] = setting(
         {}, "arguments of the monitor (wandb: base_url, api_key; mlflow: uri, username, password)"
     )
