@@ -5,7 +5,9 @@
 
 ==========  ===================================================================
 queue       ``ExperienceQueue`` (FIFO, ``capacity``), or ``PriorityExperienceQueue``
-            with ``use_priority_queue`` (``reuse_cooldown_time``); ``path``, when
+            with ``use_priority_queue`` (``reuse_cooldown_time``) or ``replay_buffer.enable``
+            (its ``reuse_cooldown_time``; ``linear_decay``'s ``decay`` weighs the reads,
+            see ``priority_queue``); ``path``, when
             set, is the backup (SQLite/URL, or ``.jsonl``)
 sql         ``path`` is a SQLite file or SQLAlchemy URL (PostgreSQL works); the
             reader polls for new rows
@@ -57,6 +59,24 @@ def make_experience_buffer(storage_cfg: Any) -> ExperienceBuffer:
     if storage_type == "queue":
         capacity = getattr(storage_cfg, "capacity", None) or 10000
         backup = open_backup(path) if path else None
+        replay = getattr(storage_cfg, "replay_buffer", None)
+        if replay is not None and getattr(replay, "enable", False):
+            # linear_decay: priority = model_version - decay * use_count
+            if replay.priority_fn != "linear_decay":
+                raise ExperienceBufferConfigError(
+                    f"experience buffer '{name}': replay_buffer.priority_fn "
+                    f"'{replay.priority_fn}' is unknown; valid: linear_decay"
+                )
+            cooldown = replay.reuse_cooldown_time
+            if cooldown is None:
+                cooldown = getattr(storage_cfg, "reuse_cooldown_time", None)
+            return PriorityExperienceQueue(
+                capacity,
+                backup,
+                reuse_cooldown_time=cooldown,
+                read_timeout=read_timeout,
+                use_count_weight=float((replay.priority_fn_args or {}).get("decay", 2.0)),
+            )
         if getattr(storage_cfg, "use_priority_queue", False):
             return PriorityExperienceQueue(
                 capacity,

@@ -336,6 +336,16 @@ def _check_storage(path: str, storage: StorageConfig) -> None:
     _positive(f"{path}.max_read_timeout", storage.max_read_timeout)
     _positive(f"{path}.capacity", storage.capacity)
     _at_least(f"{path}.reuse_cooldown_time", storage.reuse_cooldown_time, 0)
+    replay = storage.replay_buffer
+    _at_least(f"{path}.replay_buffer.reuse_cooldown_time", replay.reuse_cooldown_time, 0)
+    decay = (replay.priority_fn_args or {}).get("decay", 2.0)
+    if set(replay.priority_fn_args or {}) - {"decay"} or not isinstance(decay, int | float):
+        raise ConfigError(
+            f"{path}.replay_buffer.priority_fn_args",
+            "linear_decay takes one argument, decay (a number)",
+            value=replay.priority_fn_args,
+            valid="{decay: <number>}",
+        )
     args = storage.rollout_args
     _check_sampling(f"{path}.rollout_args", args.temperature, args.top_p)
     _positive(f"{path}.rollout_args.max_tokens", args.max_tokens)

@@ -162,3 +162,30 @@ def test_bad_arguments() -> None:
         PriorityExperienceQueue(reuse_cooldown_time=-1)
     with pytest.raises(ValueError, match="n >= 1"):
         PriorityExperienceQueue().get(0)
+
+
+@pytest.mark.parametrize(("decay", "order"), [(2.0, ["b", "a"]), (0.5, ["a", "b"])])
+def test_replay_buffer_config_orders_by_linear_decay_after_the_cooldown(decay, order) -> None:
+    """``replay_buffer`` as a Trinity-RFT config writes it, through config loading."""
+    from trinity.buffer import make_experience_buffer
+    from trinity.config import load_config
+
+    demo = Path(__file__).resolve().parents[3] / "examples" / "arithmetic" / "grpo.yaml"
+    key = "buffer.trainer_input.experience_buffer.replay_buffer"
+    config = load_config(
+        demo,
+        [
+            "model.model_path=tiny",
+            f"{key}.enable=true",
+            f"{key}.reuse_cooldown_time=0.05",
+            f"{key}.priority_fn_args.decay={decay}",
+        ],
+    )
+    q = make_experience_buffer(config.buffer.trainer_input.experience_buffer)
+    assert isinstance(q, PriorityExperienceQueue) and q.reuse_cooldown_time == 0.05
+    q.put([exp("a", 1), exp("b", 0)])
+    assert names(q.get(1, timeout=0)) == ["a"]  # freshest first
+    # get waits until a is back: a (read once) = 1 - decay against b (never read) = 0;
+    # decay 2: a = -1 < 0, decay 0.5: a = 0.5 > 0
+    assert names(q.get(2, timeout=10)) == order
+    q.close()

@@ -57,6 +57,22 @@ class RolloutArgs:
 
 
 @dataclass
+class ReplayBufferConfig:
+    """Reuse of experiences in a priority queue (Trinity-RFT's ``replay_buffer``)."""
+
+    enable: bool = setting(False, "read the highest-priority experiences first, reusing them")
+    priority_fn: Literal["linear_decay"] = setting(
+        "linear_decay", "linear_decay: priority = model_version - decay * times read"
+    )
+    priority_fn_args: dict[str, Any] = setting(
+        {"decay": 2.0}, "arguments of priority_fn (linear_decay: decay)"
+    )
+    reuse_cooldown_time: float | None = setting(
+        None, "seconds before an experience may be read again; unset: read at most once"
+    )
+
+
+@dataclass
 class StorageConfig:
     """A taskset or an experience buffer."""
 
@@ -94,6 +110,9 @@ class StorageConfig:
     use_priority_queue: bool = setting(False, "read the highest-priority experiences first (queue)")
     reuse_cooldown_time: float | None = setting(
         None, "seconds before an experience may be read again (priority queue); unset: never reused"
+    )
+    replay_buffer: ReplayBufferConfig = setting(
+        ReplayBufferConfig, "priority queue with reuse (queue); same as use_priority_queue"
     )
     capacity: int = setting(10000, "most experiences held in memory (queue)")
     skip_invalid_rows: bool = setting(
