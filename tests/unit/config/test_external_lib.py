@@ -92,6 +92,9 @@ def test_every_actor_imports_it_first(
     cfg = load_config(config_with(minimal, tmp_path, module, flow))
     assert flow not in WORKFLOWS.names()
     name = f"external_lib_test_{tmp_path.name}"
-    start_actor(cfg, tmp_path / "job", name, [])
-    get_actor_logger(name, None)  # detaches the actor's log file from the trinity loggers
-    assert flow in WORKFLOWS.names()
+    try:
+        start_actor(cfg, tmp_path / "job", name, [])
+        get_actor_logger(name, None)  # detaches the actor's log file from the trinity loggers
+        assert flow in WORKFLOWS.names()
+    finally:  # the registry is process-wide: other tests compare it with the built-ins
+        WORKFLOWS._items.pop(flow, None)
