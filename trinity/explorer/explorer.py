@@ -37,7 +37,7 @@ def make_taskset_reader(
         storage,
         batch_size=batch_size,
         total_epochs=1 if is_eval else buf.total_epochs,
-        total_steps=None if is_eval else buf.total_steps,
+        total_steps=None if is_eval else training_batches(config),
         seed=config.seed,
         selector=storage.task_selector,
         default_workflow=buf.explorer_input.default_workflow_type
@@ -62,8 +62,20 @@ def make_taskset_mix(config: Config) -> TasksetMix | None:
         readers,
         batch_size=buf.batch_size,
         total_epochs=buf.total_epochs,
-        total_steps=buf.total_steps,
+        total_steps=training_batches(config),
     )
+
+
+def training_batches(config: Config) -> int | None:
+    """Batches of tasks the training stream holds when ``buffer.total_steps`` is set: one
+    per explore step, and with dynamic sampling up to ``1 + max_extra_rounds`` per step
+    (its extra rounds read further batches; the explorer still stops after
+    ``total_steps`` steps). None: the stream is cut by ``total_epochs``."""
+    steps = config.buffer.total_steps
+    sampling = config.algorithm.dynamic_sampling
+    if steps is None or not sampling.enable:
+        return steps
+    return steps * (1 + sampling.max_extra_rounds)
 
 
 def rollout_seed(seed: int, step: int, slot: int) -> int:

@@ -113,3 +113,43 @@ def test_best_of_group_masks_all_but_the_best() -> None:
     assert keep_best_of_group(exps) == 4
     kept = [bool(e.action_mask.any()) for e in exps]
     assert kept == [False, True, True, False, False, False]
+
+
+@pytest.mark.parametrize(
+    ("algorithm_type", "sampling", "batches"),
+    [
+        ("grpo", {}, 3),  # one batch per step
+        ("dapo", {}, 3 * (1 + 4)),  # on by default for dapo, 4 extra rounds
+        ("dapo", {"max_extra_rounds": 1}, 3 * 2),
+        ("dapo", {"enable": False}, 3),
+    ],
+)
+def test_the_training_stream_holds_the_batches_extra_rounds_read(
+    tmp_path, algorithm_type: str, sampling: dict, batches: int
+) -> None:
+    # without the extra batches the taskset would end after total_steps batches, and the
+    # run with it, while dynamic sampling's rounds had read ahead
+    from datetime import datetime
+
+    from trinity.config.loader import config_from_dict
+    from trinity.config.resolve import resolve
+    from trinity.explorer.explorer import training_batches
+
+    config = config_from_dict(
+        {
+            "checkpoint_root_dir": str(tmp_path),
+            "algorithm": {
+                "algorithm_type": algorithm_type,
+                "repeat_times": 2,
+                "dynamic_sampling": sampling,
+            },
+            "model": {"model_path": "tiny-model", "max_model_len": 64},
+            "buffer": {
+                "batch_size": 2,
+                "total_steps": 3,
+                "explorer_input": {"taskset": {"name": "tasks", "path": "/data/tasks"}},
+                "trainer_input": {"experience_buffer": {"name": "exp"}},
+            },
+        }
+    )
+    assert training_batches(resolve(config, now=datetime.now())) == batches
