@@ -30,7 +30,7 @@ _NO_CHUNKED_ENTROPY = "not implemented: entropy is computed in one pass"
 _NO_FUSED = "not implemented: our trainer has its own fused layers, always on"
 _PADDING = "not implemented: batches are padded, never packed without pads"
 _STRATEGY = "veRL compatibility only: the trainer's data parallelism is its own"
-_ROLLOUT_LOGPROBS = "not implemented: old logprobs come from the rollout engine, not recomputed"
+_NO_REJECTION = "not implemented: rollout correction weights tokens (rollout_is), rejects none"
 _NO_SERVER = "not implemented: the data_juicer operator runs Data-Juicer in-process, no server"
 
 NO_EFFECT: dict[str, str] = {
@@ -78,12 +78,17 @@ NO_EFFECT: dict[str, str] = {
         _NO_CHUNKED_ENTROPY
     ),
     "trainer.trainer_config.actor_rollout_ref.ref.entropy_checkpointing": _NO_CHUNKED_ENTROPY,
-    "trainer.trainer_config.actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": (
-        _ROLLOUT_LOGPROBS
-    ),
-    "trainer.trainer_config.actor_rollout_ref.rollout.log_prob_use_dynamic_bsz": _ROLLOUT_LOGPROBS,
-    "trainer.trainer_config.actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": (
-        _ROLLOUT_LOGPROBS
+    **{
+        f"trainer.trainer_config.algorithm.rollout_correction.{key}": _NO_REJECTION
+        for key in (
+            "rollout_rs",
+            "rollout_rs_threshold",
+            "rollout_rs_threshold_lower",
+            "rollout_token_veto_threshold",
+        )
+    },
+    "trainer.trainer_config.algorithm.rollout_correction.loss_type": (
+        "the policy loss is algorithm.policy_loss_fn in every mode"
     ),
     "trainer.trainer_config.critic.strategy": _STRATEGY,
     "trainer.trainer_config.critic.shuffle": "not implemented: each pass reads the batch in order",

@@ -454,6 +454,19 @@ def _check_trainer(cfg: Config) -> None:
         _at_least(f"{prefix}.{key}", budget, 1)
     _positive(f"{prefix}.critic.grad_clip", tc.critic.grad_clip)
     _check_optimizer(f"{prefix}.critic.optim", tc.critic.optim)
+    correction = tc.algorithm.rollout_correction
+    _positive(
+        f"{prefix}.algorithm.rollout_correction.rollout_is_threshold",
+        correction.rollout_is_threshold,
+    )
+    if correction.rollout_is is not None and correction.bypass_mode:
+        raise ConfigError(
+            f"{prefix}.algorithm.rollout_correction.rollout_is",
+            "needs bypass_mode false (in bypass mode the rollout log-probs are the old "
+            "log-probs, so every weight would be 1)",
+            value=correction.rollout_is,
+            valid="null, or set algorithm.rollout_correction.bypass_mode: false",
+        )
     loop = tc.trainer
     if loop.resume_mode == "resume_path" and not loop.resume_from_path:
         raise ConfigError(

@@ -49,6 +49,10 @@ class TrainBatch:
     # (B, R) log pi_teacher(a|s) of the response tokens (on-policy distillation); None
     # when no experience carries them
     teacher_logprobs: torch.Tensor | None = None
+    # rollout correction (bypass_mode false): the engine's log-probs, which old_logprobs
+    # then replaces with the trainer's own, and the truncated importance weights
+    rollout_logprobs: torch.Tensor | None = None  # (B, R) log pi_rollout(a|s)
+    rollout_is_weights: torch.Tensor | None = None  # (B, R) detached, 0 on masked tokens
 
     @property
     def size(self) -> int:

@@ -29,6 +29,7 @@ from trinity.algorithm import ADVANTAGE_FN, ENTROPY_LOSS_FN, KL_FN, POLICY_LOSS_
 from trinity.algorithm.advantage.base import AdvantageInputs
 from trinity.algorithm.args import build
 from trinity.algorithm.loss_agg import LossNormalizer
+from trinity.algorithm.rollout_correction import rollout_is_weights
 from trinity.config import Config
 from trinity.config.algorithm_defaults import NONE
 from trinity.models.overrides import model_config
@@ -177,6 +178,17 @@ class Trainer:
             and float(getattr(self.entropy_loss.args, "entropy_coef", 0.0)) != 0.0
         )
         self._check_parts(algo.use_reference, algo.use_critic)
+        # rollout correction: bypass_mode false recomputes the old log-probs at each step
+        self.rollout_correction = tc.algorithm.rollout_correction
+        if (
+            self.rollout_correction.rollout_is is not None
+            and "rollout_is_weights" not in self.policy_loss.inputs
+        ):
+            raise TrainerSetupError(
+                f"policy_loss_fn '{algo.policy_loss_fn}' does not take rollout correction "
+                "weights (trainer_config.algorithm.rollout_correction.rollout_is); use 'ppo' "
+                "or set rollout_is to null"
+            )
 
         self.ref_model = None
         if algo.use_reference:
@@ -235,6 +247,13 @@ class Trainer:
             if ref_cfg.log_prob_use_dynamic_bsz
             else None
         )
+        old_cfg = tc.actor_rollout_ref.rollout  # recomputed old log-probs (bypass_mode false)
+        self.old_micro_batch_size = max(1, int(old_cfg.log_prob_micro_batch_size_per_gpu or 1))
+        self.old_max_tokens = (
+            int(old_cfg.log_prob_max_token_len_per_gpu)
+            if old_cfg.log_prob_use_dynamic_bsz
+            else None
+        )
         self.grad_clip = float(actor_cfg.grad_clip)
         self.ppo_epochs = max(1, int(actor_cfg.ppo_epochs))
         self.temperature = _rollout_temperature(config)
@@ -287,6 +306,8 @@ class Trainer:
         """Collate ``experiences`` and fill reference log-probs, values and advantages."""
         batch = collate(experiences, self.pad_token_id)
         metrics: dict[str, float] = {}
+        if not self.rollout_correction.bypass_mode:
+            metrics.update(self._correct_rollout(batch))
         if self.ref_model is not None:
             batch.ref_logprobs = self._ref_logprobs(batch)
         if self.critic is not None:
@@ -320,6 +341,27 @@ class Trainer:
         batch.advantages[rollout] = advantages
         batch.returns[rollout] = returns
         return batch, metrics
+
+    def _correct_rollout(self, batch: TrainBatch) -> dict[str, float]:
+        """Rollout correction: the policy's own log-probs (before this step's update)
+        replace the engine's as ``old_logprobs``, which are kept as ``rollout_logprobs``;
+        with ``rollout_is`` the truncated importance weights of the two are set too."""
+        rc = self.rollout_correction
+        batch.rollout_logprobs = batch.old_logprobs
+        batch.old_logprobs = self._logprobs(
+            self.model, batch, self.old_micro_batch_size, self.old_max_tokens
+        )
+        if rc.rollout_is is None:
+            return {}
+        batch.rollout_is_weights, metrics = rollout_is_weights(
+            batch.old_logprobs,
+            batch.rollout_logprobs,
+            batch.rl_mask,
+            level=rc.rollout_is,
+            threshold=rc.rollout_is_threshold,
+            batch_normalize=rc.rollout_is_batch_normalize,
+        )
+        return {f"rollout_corr/{k}": v for k, v in metrics.items()}
 
     def _actor_update(self, batch: TrainBatch) -> dict[str, float]:
         sums: dict[str, float] = defaultdict(float)
@@ -420,6 +462,8 @@ class Trainer:
         loss_mask = micro.action_mask if "is_expert" in self.policy_loss.inputs else rl_mask
         # only to losses that read it (mix_chord), so plugin losses keep the older signature
         step = {"global_step": self.global_step} if "global_step" in self.policy_loss.inputs else {}
+        if "rollout_is_weights" in self.policy_loss.inputs:
+            step["rollout_is_weights"] = micro.rollout_is_weights
         loss, metrics = self.policy_loss(
             logprobs,
             loss_mask,
@@ -631,17 +675,35 @@ class Trainer:
 
     # ------------------------------------------------------------------ data parallel
     def _ref_logprobs(self, batch: TrainBatch) -> torch.Tensor:
-        """(B, R) reference log-probs; with several ranks each computes its own rows, in
-        micro-batches of ``ref.log_prob_micro_batch_size_per_gpu`` rows (or packed)."""
+        """(B, R) reference log-probs, in micro-batches of
+        ``ref.log_prob_micro_batch_size_per_gpu`` rows (or packed)."""
+        return self._logprobs(self.ref_model, batch, self.ref_micro_batch_size, self.ref_max_tokens)
+
+    def _logprobs(
+        self, model: torch.nn.Module, batch: TrainBatch, micro_size: int, max_tokens: int | None
+    ) -> torch.Tensor:
+        """(B, R) log-probs of ``model`` without grad; with several ranks each computes
+        its own rows and the ranks exchange them, except for the sharded policy, whose
+        forward passes every rank must join: each then computes every row."""
+        if model is self.model and self.world_size > 1:
+            micros = batch.split(micro_size, max_tokens)
+            return torch.cat(
+                [
+                    forward_logprobs(
+                        model, m, temperature=self.temperature, compute_dtype=self.autocast_dtype
+                    )[0]
+                    for m in micros
+                ]
+            )
         rows = distributed.rank_rows(batch.size, self.rank, self.world_size)
         part = batch if self.world_size == 1 else batch.select(rows)
         local = batch.old_logprobs[rows]
         if part.size:
-            micros = part.split(self.ref_micro_batch_size, self.ref_max_tokens)
+            micros = part.split(micro_size, max_tokens)
             local = torch.cat(
                 [
                     forward_logprobs(
-                        self.ref_model,
+                        model,
                         micro,
                         temperature=self.temperature,
                         compute_dtype=self.autocast_dtype,

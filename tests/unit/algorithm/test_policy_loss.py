@@ -208,7 +208,7 @@ def test_gspo_unclipped_tokens_carry_the_sequence_ratio():
 
 
 def test_inputs_declare_what_the_trainer_must_pass():
-    assert POLICY_LOSS_FN.get("ppo").inputs == {"old_logprobs", "advantages"}
+    assert POLICY_LOSS_FN.get("ppo").inputs == {"old_logprobs", "advantages", "rollout_is_weights"}
     assert POLICY_LOSS_FN.get("dpo").inputs == {"ref_logprobs"}
     assert POLICY_LOSS_FN.get("mix").inputs == {"old_logprobs", "advantages", "is_expert"}
     assert POLICY_LOSS_FN.get("sft").inputs == frozenset()

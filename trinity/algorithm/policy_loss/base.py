@@ -53,6 +53,7 @@ class PolicyLoss(ABC):
         normalizer: LossNormalizer | None = None,
         expert_normalizer: LossNormalizer | None = None,
         global_step: int | None = None,
+        rollout_is_weights: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """Compute the loss.
 
@@ -67,6 +68,9 @@ class PolicyLoss(ABC):
             expert_normalizer: ``LossNormalizer`` of the mini-batch's expert rows (mix).
             global_step: the trainer's step count, 0 for the first update (mix_chord's
                 schedule of mu).
+            rollout_is_weights: (B, R) detached truncated importance weights of rollout
+                correction, multiplying each token's loss (None when it is off; passed
+                only to a loss that lists it, see trinity/algorithm/rollout_correction.py).
         """
 
     def require(self, **given: torch.Tensor | int | None) -> None:

@@ -68,10 +68,13 @@ def clipped_pg_loss(
     *,
     sequence_mask_delta: float | None = None,
     fallback_to_policy_gradient: bool = False,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The PPO loss of the module docstring; returns (loss, metrics).
 
     ``sequence_mask_delta``: the KL bound of sequence masking (None: off).
+    ``rollout_is_weights``: (B, R) detached rollout-correction weights each token's loss
+    is multiplied by (trinity/algorithm/rollout_correction.py; None: 1).
     """
     behaviour = logprobs.detach() if fallback_to_policy_gradient else old_logprobs
     log_ratio = (logprobs - behaviour).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
@@ -94,6 +97,8 @@ def clipped_pg_loss(
                 "seq_mask_kl": seq_kl[action_mask.bool().any(dim=-1)].mean().nan_to_num().item(),
             }
         losses = torch.where(dropped, torch.zeros_like(losses), losses)
+    if rollout_is_weights is not None:
+        losses = losses * rollout_is_weights
     loss = aggregate_loss(losses, action_mask, args.loss_agg_mode, normalizer)
     with torch.no_grad():
         metrics = {
@@ -123,7 +128,8 @@ class PPOPolicyLoss(PolicyLoss):
                     f"delta_sequence_masking must be >= 0, got {self.delta_sequence_masking}"
                 )
 
-    inputs = frozenset({"old_logprobs", "advantages"})
+    # rollout_is_weights is optional: None when rollout correction is off
+    inputs = frozenset({"old_logprobs", "advantages", "rollout_is_weights"})
 
     def __call__(
         self,
@@ -137,6 +143,7 @@ class PPOPolicyLoss(PolicyLoss):
         normalizer: LossNormalizer | None = None,
         expert_normalizer: LossNormalizer | None = None,
         global_step: int | None = None,
+        rollout_is_weights: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         self.require(old_logprobs=old_logprobs, advantages=advantages)
         args = self.args
@@ -151,4 +158,5 @@ class PPOPolicyLoss(PolicyLoss):
             if args.enable_sequence_masking
             else None,
             fallback_to_policy_gradient=args.fallback_to_policy_gradient,
+            rollout_is_weights=rollout_is_weights,
         )

@@ -246,6 +246,46 @@ class VerlLoopConfig:
 
 
 @dataclass
+class RolloutCorrectionConfig:
+    """Correction for the rollout engine's log-probs differing from the trainer's
+    (trinity/algorithm/rollout_correction.py)."""
+
+    rollout_is: Literal["token", "sequence"] | None = setting(
+        None,
+        "truncated importance sampling: each token's loss times "
+        "min(exp(old_logprobs - rollout_logprobs), rollout_is_threshold), per token or "
+        "per sequence; needs bypass_mode false; unset: off",
+    )
+    rollout_is_threshold: float = setting(2.0, "cap of the importance weights")
+    rollout_is_batch_normalize: bool = setting(
+        False, "rescale the truncated weights to mean 1 over the batch"
+    )
+    rollout_rs: str | None = setting(None, "rejection sampling by the ratio (veRL); unset: off")
+    rollout_rs_threshold: float | None = setting(None, "upper ratio bound of rejection sampling")
+    rollout_rs_threshold_lower: float | None = setting(
+        None, "lower ratio bound of rejection sampling"
+    )
+    rollout_token_veto_threshold: float | None = setting(
+        None, "reject a sequence holding a token with a ratio below this (veRL)"
+    )
+    bypass_mode: bool = setting(
+        True,
+        "use the rollout engine's log-probs as the old log-probs (no recomputation); "
+        "false: the trainer recomputes them at the start of each step",
+    )
+    loss_type: str = setting("ppo_clip", "policy loss of veRL's bypass mode; ours: policy_loss_fn")
+
+
+@dataclass
+class VerlAlgorithmConfig:
+    """veRL's ``algorithm`` section; the algorithm itself is the top-level ``algorithm``."""
+
+    rollout_correction: RolloutCorrectionConfig = setting(
+        RolloutCorrectionConfig, "rollout-trainer log-prob mismatch correction"
+    )
+
+
+@dataclass
 class VerlTrainerConfig:
     """The whole ``trainer.trainer_config`` (or the file named by ``trainer_config_path``)."""
 
@@ -253,4 +293,5 @@ class VerlTrainerConfig:
         ActorRolloutRefConfig, "policy, reference and logprobs"
     )
     critic: CriticConfig = setting(CriticConfig, "value model")
+    algorithm: VerlAlgorithmConfig = setting(VerlAlgorithmConfig, "rollout correction")
     trainer: VerlLoopConfig = setting(VerlLoopConfig, "checkpointing and resumption")
