@@ -313,6 +313,9 @@ def _local_model(config: Config, cfg: InferenceModelConfig, history: bool = True
     from trinity.models.engine import TransformersEngine
     from trinity.models.resolve import resolve_model_path
 
+    tc = config.trainer.trainer_config
+    # the policy's config as the trainer builds it (trinity/models/overrides.py)
+    policy = cfg is config.explorer.rollout_model and tc is not None
     engine = TransformersEngine(
         str(resolve_model_path(cfg.model_path)),
         dtype=cfg.dtype or config.model.dtype,
@@ -320,6 +323,7 @@ def _local_model(config: Config, cfg: InferenceModelConfig, history: bool = True
         seed=cfg.seed if cfg.seed is not None else config.seed,
         chat_template=cfg.chat_template,
         enable_thinking=cfg.enable_thinking,
+        override_config=dict(tc.actor_rollout_ref.model.override_config) if policy else None,
     )
     return _wrap(config, cfg, engine, history)
 

@@ -15,6 +15,7 @@ importing the registries (which import torch); a test compares it with them.
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import re
 from collections.abc import Iterator
@@ -144,13 +145,28 @@ def checkpoint_step(path: str, given: str, job_dir: Path) -> int:
     valid = f"a global_step_<N> directory of this run's job dir {job_dir}"
     if found is None or found.parent != job_dir:
         raise ConfigError(path, "is not a checkpoint of this run", value=given, valid=valid)
-    if not any(found.glob("actor/optim_world_size_*.pt")):
+    if not _is_full_checkpoint(found / "actor"):
         raise ConfigError(
-            path, "holds no full checkpoint (model and optimizer)", value=given, valid=valid
+            path,
+            "holds no full checkpoint (only weights for checkpoint sync)",
+            value=given,
+            valid=valid,
         )
     match = _STEP_DIR.match(found.name)
     assert match is not None
     return int(match.group(1))
+
+
+def _is_full_checkpoint(actor: Path) -> bool:
+    """As trinity/trainer/checkpoint.py marks it: ``"full"`` in ``fsdp_config.json`` (the
+    optimizer's shards may be left out by save_contents), else optimizer shards."""
+    try:
+        layout = json.loads((actor / "fsdp_config.json").read_text())
+    except (OSError, ValueError):
+        layout = {}
+    if isinstance(layout, dict) and "full" in layout:
+        return bool(layout["full"])
+    return any(actor.glob("optim_world_size_*.pt"))
 
 
 def _check_stage(cfg: Config) -> None:

@@ -102,3 +102,19 @@ def test_remove_previous_ckpt_in_save_keeps_the_newest(
     trainer.save_checkpoint(job, 3, keep=5)  # wins over max_actor_ckpt_to_keep, as in veRL
     assert ckpt.list_steps(job) == [2, 3]
     assert (ckpt.step_dir(job, 3) / "critic").is_dir()
+
+
+def test_resume_from_path_accepts_a_full_checkpoint_without_optimizer(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    from trinity.config import ConfigError
+    from trinity.config.lookups import RESUME_FROM_PATH, checkpoint_step
+
+    cfg = make_config(tiny_model_dir, tmp_path, trainer=contents(["model"]))
+    trainer = Trainer(cfg, model_dir=tiny_model_dir, total_steps=2)
+    job = tmp_path / "job"
+    trainer.save_checkpoint(job, 1)
+    trainer.save_state_dict(job, 2)  # weights for checkpoint sync only
+    assert checkpoint_step(RESUME_FROM_PATH, str(ckpt.step_dir(job, 1)), job) == 1
+    with pytest.raises(ConfigError, match="holds no full checkpoint"):
+        checkpoint_step(RESUME_FROM_PATH, str(ckpt.step_dir(job, 2)), job)
