@@ -37,6 +37,9 @@ REGISTRIES = {
 BUILTIN_NAMES: dict[str, frozenset[str]] = {
     "workflow": frozenset(
         {
+            "async_math_boxed_workflow",
+            "async_math_rm_workflow",
+            "async_math_ruler_workflow",
             "async_math_workflow",
             "countdown_workflow",
             "env_workflow",

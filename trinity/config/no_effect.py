@@ -33,6 +33,24 @@ _STRATEGY = "veRL compatibility only: the trainer's data parallelism is its own"
 _NO_REJECTION = "not implemented: rollout correction weights tokens (rollout_is), rejects none"
 _NO_SERVER = "not implemented: the data_juicer operator runs Data-Juicer in-process, no server"
 
+_TOOL_PARSER = "vLLM-only: our endpoint always parses Hermes <tool_call> blocks"
+_NO_DIFFICULTY = "difficulty_based is not implemented: it draws tasks as random does"
+_STORAGES = (
+    "buffer.explorer_input.taskset",
+    "buffer.explorer_input.tasksets[]",
+    "buffer.explorer_input.eval_tasksets[]",
+    "buffer.trainer_input.experience_buffer",
+    "buffer.trainer_input.auxiliary_buffers.<name>",
+)
+_QUEUE_KEYS = (
+    "use_priority_queue",
+    "reuse_cooldown_time",
+    "replay_buffer.enable",
+    "replay_buffer.priority_fn",
+    "replay_buffer.priority_fn_args",
+    "replay_buffer.reuse_cooldown_time",
+)
+
 NO_EFFECT: dict[str, str] = {
     # explorer engines
     **{
@@ -44,10 +62,41 @@ NO_EFFECT: dict[str, str] = {
             ("gpu_memory_utilization", _GPU_ONLY_ENGINE),
             ("enforce_eager", _NO_GRAPHS),
             ("enable_prefix_caching", _NO_PREFIX_CACHE),
+            ("enable_chunked_prefill", "vLLM-only: our engines prefill each prompt in one pass"),
+            ("use_v1", _ONE_ENGINE),
+            ("enable_auto_tool_choice", _TOOL_PARSER),
+            ("tool_call_parser", _TOOL_PARSER),
+            ("reasoning_parser", "vLLM-only: the endpoint leaves reasoning in the content"),
         )
+    },
+    **{
+        f"explorer.over_rollout.{key}": (
+            "not implemented: an explore step waits for all its tasks (at most max_timeout)"
+        )
+        for key in ("ratio", "wait_after_min", "return_partial_tasks")
+    },
+    # tasksets and buffers
+    **{
+        f"{storage}.{key}": why
+        for storage in _STORAGES
+        for key, why in (
+            ("data_selector.feature_keys", _NO_DIFFICULTY),
+            ("data_selector.kwargs", _NO_DIFFICULTY),
+            ("enable_progress_bar", "not implemented: datasets are read without a progress bar"),
+        )
+    },
+    **{
+        f"{taskset}.{key}": "a taskset is read in its selector's order; priority is for queues"
+        for taskset in _STORAGES[:3]
+        for key in _QUEUE_KEYS
+    },
+    **{
+        f"{storage}.total_epochs": "only auxiliary buffers; tasksets pass buffer.total_epochs times"
+        for storage in _STORAGES[:4]
     },
     # trainer
     "trainer.trainer_type": "verl and torch name the same built-in trainer",
+    "trainer.trainer_strategy": _STRATEGY,
     "trainer.ulysses_sequence_parallel_size": _NO_SP,
     "algorithm.optimizer.total_training_steps": (
         "the policy's schedule spans the run's train steps; only the critic's default follows it"

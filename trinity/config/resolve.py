@@ -172,6 +172,10 @@ def _resolve_buffer(cfg: Config) -> None:
 def _fill_storage(storage: StorageConfig, cfg: Config, *, storage_type: str) -> None:
     if storage.storage_type is None:
         storage.storage_type = storage_type  # type: ignore[assignment]
+    selector = storage.data_selector.selector_type
+    if selector is not None:
+        # Trinity-RFT's name; difficulty_based has no pass-rate model here: it draws as random
+        storage.task_selector = "random" if selector == "difficulty_based" else selector
     if storage.format.chat_template is None:
         storage.format.chat_template = cfg.model.custom_chat_template
 
@@ -214,6 +218,9 @@ def _resolve_explorer(cfg: Config) -> None:
 
 
 def _resolve_synchronizer(cfg: Config) -> None:
+    old_names = {"dynamic_by_trainer": "trainer_driven", "dynamic_by_explorer": "explorer_driven"}
+    style = cfg.synchronizer.sync_style
+    cfg.synchronizer.sync_style = old_names.get(style, style)  # type: ignore[assignment]
     # only mode both runs a trainer and an explorer side by side; every other mode hands
     # weights over through checkpoint files
     if cfg.mode != "both":

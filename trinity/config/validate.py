@@ -335,6 +335,7 @@ def _check_storage(path: str, storage: StorageConfig) -> None:
     _at_least(f"{path}.repeat_times", storage.repeat_times, 1)
     _positive(f"{path}.max_read_timeout", storage.max_read_timeout)
     _positive(f"{path}.capacity", storage.capacity)
+    _at_least(f"{path}.total_epochs", storage.total_epochs, 1)
     _at_least(f"{path}.reuse_cooldown_time", storage.reuse_cooldown_time, 0)
     replay = storage.replay_buffer
     _at_least(f"{path}.replay_buffer.reuse_cooldown_time", replay.reuse_cooldown_time, 0)
@@ -357,6 +358,7 @@ def _check_explorer(cfg: Config) -> None:
     _positive("explorer.max_timeout", explorer.max_timeout)
     _at_least("explorer.max_retry_times", explorer.max_retry_times, 0)
     _at_least("explorer.eval_interval", explorer.eval_interval, 1)
+    _at_least("explorer.max_repeat_times_per_runner", explorer.max_repeat_times_per_runner, 1)
     engines = [("explorer.rollout_model", explorer.rollout_model)]
     engines += [
         (f"explorer.auxiliary_models[{i}]", m) for i, m in enumerate(explorer.auxiliary_models)

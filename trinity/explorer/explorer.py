@@ -38,7 +38,7 @@ def make_taskset_reader(
         batch_size=batch_size,
         total_epochs=1 if is_eval else buf.total_epochs,
         total_steps=None if is_eval else training_batches(config),
-        seed=config.seed,
+        seed=config.seed if storage.data_selector.seed is None else storage.data_selector.seed,
         selector=storage.task_selector,
         default_workflow=buf.explorer_input.default_workflow_type
         or buf.default_workflow_type
@@ -147,6 +147,7 @@ class Explorer:
                 auxiliary_models=[served.wrappers for served in self.served[1:]],
                 log_dir=log_dir,
                 log_level=config.log.level,
+                max_repeat_times_per_runner=ex.max_repeat_times_per_runner,
             )
         except BaseException:
             # a failed start (a bad taskset, say) stops the engines it started, so a

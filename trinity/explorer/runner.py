@@ -25,12 +25,18 @@ Python cannot stop a thread, so the abandoned one runs on in the background, but
   ``num_runners + max_abandoned`` workflow threads. When every slot rests, the tasks
   not yet started are skipped (counted and logged) rather than waited for.
 
+With ``max_repeat_times_per_runner`` a task of ``repeat_times`` n runs as parts of at
+most that many runs on separate slots (n=8, max 3: parts of 3, 3, 2 runs); part ``p``
+numbers its runs from the runs of the parts before it, so the experiences of the parts
+are one advantage group, in task order. A part that fails or times out counts alone.
+
 Failures never stop the step: they are counted, logged with their traceback, and the
 step completes with the rest.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import os
@@ -131,6 +137,21 @@ class _Abandoned:
 _REST_POLL_S = 0.1  # how often a call with resting slots checks for ended threads
 
 
+def split_repeats(tasks: Sequence[Task], most: int | None) -> list[tuple[Task, int]]:
+    """``(part, run offset)`` of each task: ``repeat_times`` cut into parts of <= ``most``."""
+    if most is None:
+        return [(task, 0) for task in tasks]
+    parts = []
+    for task in tasks:
+        for offset in range(0, max(task.repeat_times, 1), most):
+            runs = min(most, task.repeat_times - offset) if task.repeat_times > 0 else 1
+            part = (
+                task if runs == task.repeat_times else dataclasses.replace(task, repeat_times=runs)
+            )
+            parts.append((part, offset))
+    return parts
+
+
 class RunnerPool:
     """``num_runners`` concurrent workflow runners spread over ``models`` (one per engine).
 
@@ -152,6 +173,7 @@ class RunnerPool:
         log_dir: Path | None = None,
         log_level: str = "INFO",
         max_abandoned: int | None = None,
+        max_repeat_times_per_runner: int | None = None,
     ) -> None:
         if not models:
             raise ValueError("RunnerPool needs at least one model")
@@ -163,6 +185,12 @@ class RunnerPool:
             raise ValueError(f"explorer.max_retry_times must be >= 0, got {max_retry_times}")
         if max_abandoned is not None and max_abandoned < 0:
             raise ValueError(f"max_abandoned must be >= 0, got {max_abandoned}")
+        if max_repeat_times_per_runner is not None and max_repeat_times_per_runner < 1:
+            raise ValueError(
+                "explorer.max_repeat_times_per_runner must be >= 1, got "
+                f"{max_repeat_times_per_runner}"
+            )
+        self.max_repeat_times_per_runner = max_repeat_times_per_runner
         self.max_abandoned = num_runners if max_abandoned is None else max_abandoned
         self.auxiliary_models = [
             list(m) if isinstance(m, (list, tuple)) else [m] for m in auxiliary_models or []
@@ -221,6 +249,8 @@ class RunnerPool:
         result = RunResult()
         refused_before = self.refused_calls
         finished: queue.Queue[tuple[int, _Outcome]] = queue.Queue()  # this call's only
+        parts = split_repeats(tasks, self.max_repeat_times_per_runner)
+        tasks = [part for part, _ in parts]
         todo = deque(enumerate(tasks))
         free = deque(s for s in self.slots if s not in self._resting)
         running: dict[int, _Running] = {}
@@ -235,7 +265,16 @@ class RunnerPool:
                 thread = threading.Thread(
                     target=self._work,
                     # the thread keeps these wrappers even if the slot is renewed
-                    args=(slot.logger, slot.wrappers, task, batch_id, token, finished, abandoned),
+                    args=(
+                        slot.logger,
+                        slot.wrappers,
+                        task,
+                        parts[position][1],
+                        batch_id,
+                        token,
+                        finished,
+                        abandoned,
+                    ),
                     name=f"runner-{slot.index}",
                     daemon=True,
                 )
@@ -343,12 +382,13 @@ class RunnerPool:
         logger: logging.Logger,
         wrappers: _Wrappers,
         task: Task,
+        run_offset: int,
         batch_id: int | str,
         token: int,
         finished: queue.Queue,
         abandoned: threading.Event,
     ) -> None:
-        outcome = self._run_with_retries(logger, wrappers, task, batch_id, abandoned)
+        outcome = self._run_with_retries(logger, wrappers, task, run_offset, batch_id, abandoned)
         wrappers.clear_history()  # what the workflow did not extract
         finished.put((token, outcome))
 
@@ -357,6 +397,7 @@ class RunnerPool:
         logger: logging.Logger,
         wrappers: _Wrappers,
         task: Task,
+        run_offset: int,
         batch_id: int | str,
         abandoned: threading.Event,
     ) -> _Outcome:
@@ -389,7 +430,7 @@ class RunnerPool:
                     exp.eid = EID(
                         batch=batch_id,
                         task=sub if own else task.index,
-                        run=exp.eid.run,
+                        run=exp.eid.run + run_offset,
                         step=exp.eid.step,
                     )
                     exp.info.setdefault("task_index", task.index)

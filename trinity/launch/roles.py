@@ -98,7 +98,11 @@ class ExplorerRole:
         )
         from trinity.pipeline import ExperiencePipeline
 
-        self.pipeline = ExperiencePipeline(config.data_processor.experience_pipeline.operators)
+        pipe = config.data_processor.experience_pipeline
+        save_path = (
+            pipe.input_save_path or self.job_dir / "buffer" / "experience_pipeline_input.jsonl"
+        )
+        self.pipeline = ExperiencePipeline(pipe.operators, save_path if pipe.save_input else None)
         self.weights = weights.WeightReceiver(
             config,
             self.job_dir,

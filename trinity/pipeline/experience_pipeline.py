@@ -4,14 +4,18 @@
     exps, metrics = pipeline.process(exps)     # between the workflow runners and the buffer
 
 Operators run in the configured order, each on what the previous one kept. Metrics
-are merged; ``pipeline/kept`` and ``pipeline/dropped`` count the whole pipeline.
+are merged; ``pipeline/kept`` and ``pipeline/dropped`` count the whole pipeline. With
+``save_path`` (``save_input``) every batch is appended to that JSON-lines file first,
+as it came in, so what the operators dropped or changed can be looked at later.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from typing import Any
 
+from trinity.buffer.jsonl import JsonlWriter
 from trinity.pipeline.operator import EXPERIENCE_OPERATORS, ExperienceOperator, build_operator
 from trinity.types import Experience
 
@@ -19,12 +23,19 @@ from trinity.types import Experience
 class ExperiencePipeline:
     """A chain of experience operators built from ``[{name, args}, ...]``."""
 
-    def __init__(self, operators_cfg: Iterable[Any] | None = None) -> None:
+    def __init__(
+        self,
+        operators_cfg: Iterable[Any] | None = None,
+        save_path: str | os.PathLike[str] | None = None,
+    ) -> None:
         self.operators: list[ExperienceOperator] = [
             build_operator(EXPERIENCE_OPERATORS, cfg) for cfg in operators_cfg or []
         ]
+        self.input_writer = JsonlWriter(save_path) if save_path is not None else None
 
     def process(self, exps: list[Experience]) -> tuple[list[Experience], dict[str, float]]:
+        if self.input_writer is not None:
+            self.input_writer.write(exps)
         total = len(exps)
         metrics: dict[str, float] = {}
         for op in self.operators:
@@ -37,3 +48,7 @@ class ExperiencePipeline:
 
     def __len__(self) -> int:
         return len(self.operators)
+
+    def close(self) -> None:
+        if self.input_writer is not None:
+            self.input_writer.close()

@@ -403,7 +403,7 @@ def dataset_reader(
         batch_size=batch_size,
         total_epochs=total_epochs,
         total_steps=total_steps,
-        seed=seed,
+        seed=seed if storage.data_selector.seed is None else storage.data_selector.seed,
         selector=storage.task_selector,
         default_workflow="",
     )

@@ -122,7 +122,9 @@ class TrainInput:
                 tokenizer,
                 kind="sft",
                 batch_size=1,
-                endless=True,
+                # total_epochs passes, then it runs out (mix then trains on rollouts alone)
+                total_epochs=storage.total_epochs or 1,
+                endless=storage.total_epochs is None,
                 seed=config.seed,
                 limits=limits,
                 template_args=template_args,

@@ -22,6 +22,7 @@ INSTRUCTION = "Reason step by step, then write the final answer as \\boxed{answe
 
 
 @WORKFLOWS.register("math_boxed_workflow")
+@WORKFLOWS.register("async_math_boxed_workflow")  # Trinity-RFT's name; every workflow is async here
 class MathBoxedWorkflow(Workflow):
     """Math questions answered in ``\\boxed{}``, scored by equivalence (+ optional format)."""
 

@@ -46,6 +46,7 @@ def yes_probability(logprob_yes: float, logprob_no: float) -> float:
 
 
 @WORKFLOWS.register("math_rm_workflow")
+@WORKFLOWS.register("async_math_rm_workflow")  # Trinity-RFT's name; every workflow is async here
 class MathRMWorkflow(Workflow):
     """Single-turn answers rewarded by a generative reward model (``auxiliary_models[0]``)."""
 

@@ -129,6 +129,7 @@ class _RulerBase(Workflow):
 
 
 @WORKFLOWS.register("math_ruler_workflow")
+@WORKFLOWS.register("async_math_ruler_workflow")  # Trinity-RFT's name; every workflow is async here
 class MathRulerWorkflow(_RulerBase):
     """Answers rewarded by an auxiliary judge that scores the whole group at once."""
 

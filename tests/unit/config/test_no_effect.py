@@ -28,6 +28,24 @@ from trinity.config.no_effect import NO_EFFECT, describe, schema_fields, set_wit
 
 TRINITY = Path(__file__).resolve().parents[3] / "trinity"
 
+_STORAGES = [
+    key.removesuffix(".name") for key in schema_fields() if key.endswith("buffers.<name>.name")
+]
+_STORAGES += [
+    "buffer.explorer_input.taskset",
+    "buffer.explorer_input.tasksets[]",
+    "buffer.explorer_input.eval_tasksets[]",
+    "buffer.trainer_input.experience_buffer",
+]
+_QUEUE_NAMES = {
+    "use_priority_queue",
+    "reuse_cooldown_time",
+    "enable",
+    "priority_fn",
+    "priority_fn_args",
+}
+_QUEUE_READER = "buffer/experience_buffer.py"
+
 # key -> the config module that reads it and turns it into the keys the run reads
 CONSUMED_IN_CONFIG = {
     "checkpoint_root_dir": "resolve.py",  # job_dir()
@@ -38,6 +56,9 @@ CONSUMED_IN_CONFIG = {
     "trainer.max_token_len_per_gpu": "resolve.py",  # actor.ppo_max_token_len_per_gpu
     "trainer.trainer_config.trainer.n_gpus_per_node": "trainer_ranks.py",  # trainer layout
     "stages[].stage_name": "stages.py",  # the stage's experiment name
+    **{  # Trinity-RFT's data_selector section, copied into task_selector
+        f"{storage}.data_selector.selector_type": "resolve.py" for storage in _STORAGES
+    },
 }
 
 # no-effect key -> file outside trinity/config whose match of the name means something else
@@ -63,6 +84,9 @@ NAME_READ_FOR_SOMETHING_ELSE = {
     ),
     # ports of the OpenAI server, the view server, collectives
     "service.data_juicer.port": "models/server.py",
+    # the experience buffer's priority queue; the auxiliary buffers' passes
+    **{key: _QUEUE_READER for key in NO_EFFECT if key.rsplit(".", 1)[-1] in _QUEUE_NAMES},
+    **{key: "trainer/train_input.py" for key in NO_EFFECT if key.endswith(".total_epochs")},
 }
 
 

@@ -73,6 +73,26 @@ class ReplayBufferConfig:
 
 
 @dataclass
+class DataSelectorConfig:
+    """Trinity-RFT's ``data_selector`` section: the order tasks are read in."""
+
+    selector_type: Literal["sequential", "shuffle", "random", "difficulty_based"] | None = setting(
+        None,
+        "the same as task_selector, which it overrides when set; difficulty_based reads "
+        "as random here (uniform draws with replacement, no pass-rate model)",
+    )
+    seed: int | None = setting(None, "seed of shuffle / random / difficulty_based; unset: seed")
+    feature_keys: list[str] = setting(
+        [], "difficulty_based: columns holding prior pass rates in [0, 1], averaged per task"
+    )
+    kwargs: dict[str, Any] = setting(
+        {},
+        "difficulty_based: target_reward (0.5), tau (sampling temperature, 0: greedy), "
+        "do_sample (true), m (repeat_times: rollouts per pass-rate update)",
+    )
+
+
+@dataclass
 class StorageConfig:
     """A taskset or an experience buffer."""
 
@@ -91,6 +111,9 @@ class StorageConfig:
     )
     task_selector: Literal["sequential", "shuffle", "random"] = setting(
         "sequential", "order in which tasks are read: in file order, shuffled per epoch, or sampled"
+    )
+    data_selector: DataSelectorConfig = setting(
+        DataSelectorConfig, "Trinity-RFT's selector section; selector_type overrides task_selector"
     )
     format: FormatConfig = setting(FormatConfig, "column mapping of the data")
     rollout_args: RolloutArgs = setting(RolloutArgs, "sampling parameters of this taskset")
@@ -119,6 +142,12 @@ class StorageConfig:
         False,
         "skip and count malformed rows instead of stopping with an error naming file, line and key",
     )
+    total_epochs: int | None = setting(
+        None,
+        "auxiliary buffers: passes over the data, after which it yields no more rows (mix "
+        "then trains on rollouts alone); unset: repeated for as long as it is read",
+    )
+    enable_progress_bar: bool = setting(False, "a progress bar while the dataset is read")
     is_eval: bool = setting(False, "set by resolve: true for eval tasksets")
 
 

@@ -37,6 +37,13 @@ class ExperiencePipelineConfig:
     operators: list[OperatorConfig] = setting(
         [], "operators applied in order (e.g. reward shaping, filters)"
     )
+    save_input: bool = setting(
+        False, "append every experience the pipeline receives, before its operators, to a file"
+    )
+    input_save_path: str | None = setting(
+        None,
+        "JSON-lines file save_input writes; unset: <job_dir>/buffer/experience_pipeline_input.jsonl",
+    )
 
 
 @dataclass

@@ -45,6 +45,13 @@ class InferenceModelConfig:
     )
     enforce_eager: bool = setting(True, "disable graph capture in engines that support it")
     enable_prefix_caching: bool = setting(False, "reuse KV cache across requests sharing a prefix")
+    enable_chunked_prefill: bool = setting(False, "split long prefills into chunks (vLLM)")
+    use_v1: bool = setting(True, "use vLLM's V1 engine")
+    enable_auto_tool_choice: bool = setting(
+        False, "let the OpenAI endpoint pick tools itself (vLLM's tool_choice auto)"
+    )
+    tool_call_parser: str | None = setting(None, "vLLM parser of tool calls (e.g. hermes)")
+    reasoning_parser: str | None = setting(None, "vLLM parser of reasoning sections")
     dtype: Dtype | None = setting(None, "engine dtype; unset: model.dtype")
     seed: int | None = setting(None, "sampling seed of the engine; unset: the global seed")
     chat_template: str | None = setting(
@@ -62,6 +69,21 @@ class InferenceModelConfig:
 
 
 @dataclass
+class OverRolloutConfig:
+    """Trinity-RFT's over-rollout: a step goes on before its slowest tasks finish."""
+
+    ratio: float = setting(
+        0.0, "a step waits for (1 - ratio) * batch_size tasks only; 0: waits for every task"
+    )
+    wait_after_min: float = setting(
+        30.0, "seconds to wait for the rest once (1 - ratio) * batch_size tasks are done"
+    )
+    return_partial_tasks: bool = setting(
+        False, "keep the finished runs of a task cut short (split by max_repeat_times_per_runner)"
+    )
+
+
+@dataclass
 class ExplorerConfig:
     """How tasks are rolled out and evaluated."""
 
@@ -69,6 +91,11 @@ class ExplorerConfig:
     runner_per_model: int = setting(8, "concurrent workflow runners per rollout engine")
     max_timeout: float = setting(900, "seconds a workflow may run before it is abandoned")
     max_retry_times: int = setting(2, "retries of a failed workflow")
+    max_repeat_times_per_runner: int | None = setting(
+        None,
+        "split a task's repeat_times over runners, at most this many runs each (the parts "
+        "run concurrently, one advantage group); unset: one runner runs all",
+    )
     env_vars: dict[str, str] = setting({}, "environment variables set in every workflow runner")
     rollout_model: InferenceModelConfig = setting(
         InferenceModelConfig, "the engines that roll out the policy"
@@ -79,6 +106,9 @@ class ExplorerConfig:
     eval_interval: int = setting(100, "explore steps between evaluations on the eval tasksets")
     eval_on_startup: bool = setting(
         True, "evaluate the initial model at step 0 (not when resuming)"
+    )
+    over_rollout: OverRolloutConfig = setting(
+        OverRolloutConfig, "go on before the slowest tasks of a step finish"
     )
     bench_on_latest_checkpoint: bool = setting(
         False, "bench mode: evaluate only the latest checkpoint instead of every saved one"

@@ -35,13 +35,21 @@ class SynchronizerConfig:
     sync_interval: int = setting(1, "train steps between weight synchronizations")
     sync_offset: int = setting(0, "explore steps the explorer may run ahead before training starts")
     sync_timeout: float = setting(3600, "seconds to wait for a synchronization")
-    sync_style: Literal["fixed", "trainer_driven", "explorer_driven", "dynamic"] = setting(
+    sync_style: Literal[
+        "fixed",
+        "trainer_driven",
+        "explorer_driven",
+        "dynamic",
+        "dynamic_by_trainer",
+        "dynamic_by_explorer",
+    ] = setting(
         "fixed",
         "fixed: explore step s waits for version ((s-1-sync_offset)//sync_interval)*sync_interval; "
         "trainer_driven (or dynamic): the trainer publishes every sync_interval steps and each "
         "explore step takes the newest version without waiting; explorer_driven: every "
         "sync_interval explore steps the explorer asks for the trainer's current weights and "
-        "waits for them (at most sync_timeout)",
+        "waits for them (at most sync_timeout); dynamic_by_trainer / dynamic_by_explorer: "
+        "Trinity-RFT's older names of trainer_driven / explorer_driven",
     )
 
 

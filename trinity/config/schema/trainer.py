@@ -24,6 +24,9 @@ class TrainerConfig:
         "torch",
         "training backend; verl names the same built-in trainer configured in the veRL layout",
     )
+    trainer_strategy: Literal["fsdp", "fsdp2"] = setting(
+        "fsdp", "veRL's data-parallel strategy name (megatron is not supported)"
+    )
     save_interval: int = setting(0, "train steps between checkpoints; 0: only at the end")
     total_steps: int | None = setting(
         None, "train steps of the run; unset: derived from buffer.total_steps when it is set"
