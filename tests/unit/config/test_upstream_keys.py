@@ -130,7 +130,6 @@ def test_split_repeats_cuts_repeat_times_into_parts() -> None:
 THREADS: set[str] = set()
 
 
-@WORKFLOWS.register("repeat_counting_test_workflow")
 class RepeatCountingWorkflow(Workflow):
     """One experience per run; records which runner thread ran it."""
 
@@ -142,6 +141,15 @@ class RepeatCountingWorkflow(Workflow):
         ]
 
 
+@pytest.fixture
+def counting_workflow():
+    """Registered for one test only, so the registry holds the built-in names after it."""
+    WORKFLOWS.register("repeat_counting_test_workflow")(RepeatCountingWorkflow)
+    yield
+    WORKFLOWS._items.pop("repeat_counting_test_workflow", None)
+
+
+@pytest.mark.usefixtures("counting_workflow")
 def test_runner_pool_runs_the_parts_on_several_runners_as_one_group() -> None:
     THREADS.clear()
     pool = RunnerPool(
