@@ -234,6 +234,16 @@ def run_stage(
     mode = config.mode
     if mode == "bench":
         return run_bench(config)
+    if mode == "serve":  # no Ray: the engine and its server in this process
+        from trinity.explorer.serve import run_serve
+
+        if config.buffer.trainer_input.experience_buffer is None:
+            raise RunError(
+                "mode serve writes rewarded calls to buffer.trainer_input.experience_buffer: "
+                "set it (storage_type sql or file, so a trainer elsewhere can read it)"
+            )
+        run_serve(config, str(resolve_model_path(config.model.model_path)))
+        return {"mode": "serve"}
     trainer_actors = None
     if mode not in ("both", "train", "explore"):
         raise RunError(

@@ -48,6 +48,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import FastAPI, Request
@@ -230,9 +231,14 @@ def create_app(
     models: dict[str, ModelWrapper],
     api_key: str | None = None,
     scopes: dict[str, dict[str, ModelWrapper]] | None = None,
+    on_reply: Callable[[str, list[Experience]], None] | None = None,
+    extend: Callable[[FastAPI], None] | None = None,
 ) -> FastAPI:
     """The FastAPI app serving ``models`` by name at ``/v1`` and each of ``scopes`` (a
-    live dict: scopes may come and go while serving) at ``/scoped/<key>/v1``."""
+    live dict: scopes may come and go while serving) at ``/scoped/<key>/v1``.
+
+    ``on_reply(response_id, experiences)`` is called for every unscoped completion (mode
+    serve keeps them until their feedback); ``extend(app)`` adds further routes."""
     if not models:
         raise ValueError("create_app needs at least one model")
     scopes = scopes if scopes is not None else {}
@@ -308,7 +314,7 @@ def create_app(
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest) -> Any:
-        return await _chat(body, pick(body.model, models))
+        return await _chat(body, pick(body.model, models), on_reply)
 
     @app.post("/scoped/{key}/v1/chat/completions")
     async def scoped_chat_completions(key: str, body: ChatCompletionRequest) -> Any:
@@ -316,12 +322,14 @@ def create_app(
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest) -> Any:
-        return await _complete(body, pick(body.model, models))
+        return await _complete(body, pick(body.model, models), on_reply)
 
     @app.post("/scoped/{key}/v1/completions")
     async def scoped_completions(key: str, body: CompletionRequest) -> Any:
         return await _complete(body, pick(body.model, scoped(key)))
 
+    if extend is not None:
+        extend(app)
     return app
 
 
@@ -339,7 +347,11 @@ def _list_models(models: dict[str, ModelWrapper]) -> dict[str, Any]:
     return {"object": "list", "data": data}
 
 
-async def _chat(body: ChatCompletionRequest, wrapper: ModelWrapper) -> Any:
+async def _chat(
+    body: ChatCompletionRequest,
+    wrapper: ModelWrapper,
+    on_reply: Callable[[str, list[Experience]], None] | None = None,
+) -> Any:
     args = body.rollout_args()
     _check_token_ids(args["stop_token_ids"], wrapper, "stop_token_ids")
     args["max_tokens"] = body.max_completion_tokens or body.max_tokens
@@ -385,6 +397,8 @@ async def _chat(body: ChatCompletionRequest, wrapper: ModelWrapper) -> Any:
         )
         parts.append({"logprobs": logprobs, "tool_calls": calls, "exp": exp})
     envelope = _envelope("chat.completion", body.model, body.n, experiences, choices)
+    if on_reply is not None:
+        on_reply(envelope["id"], experiences)
     if not body.stream:
         return envelope
     from trinity.models.openai_stream import chat_chunks, sse_response, token_pieces
@@ -397,7 +411,11 @@ async def _chat(body: ChatCompletionRequest, wrapper: ModelWrapper) -> Any:
     return sse_response(chat_chunks(envelope, parts, body.include_usage))
 
 
-async def _complete(body: CompletionRequest, wrapper: ModelWrapper) -> Any:
+async def _complete(
+    body: CompletionRequest,
+    wrapper: ModelWrapper,
+    on_reply: Callable[[str, list[Experience]], None] | None = None,
+) -> Any:
     if body.echo:
         raise APIError(400, "echo=true is not supported", param="echo")
     prompts = _prompt_list(body.prompt)
@@ -437,6 +455,8 @@ async def _complete(body: CompletionRequest, wrapper: ModelWrapper) -> Any:
             }
         )
     envelope = _envelope("text_completion", body.model, body.n, experiences, choices)
+    if on_reply is not None:
+        on_reply(envelope["id"], experiences)
     if not body.stream:
         return envelope
     from trinity.models.openai_stream import completion_chunks, sse_response, token_pieces
@@ -545,6 +565,7 @@ class OpenAIServer:
         host: address to bind; 127.0.0.1 keeps it on this machine.
         port: port to bind; 0 picks a free one (read it back from ``port``).
         api_key: when set, every request must send ``Authorization: Bearer <api_key>``.
+        on_reply, extend: see :func:`create_app`.
     """
 
     def __init__(
@@ -553,8 +574,12 @@ class OpenAIServer:
         host: str = "127.0.0.1",
         port: int = 0,
         api_key: str | None = None,
+        on_reply: Callable[[str, list[Experience]], None] | None = None,
+        extend: Callable[[FastAPI], None] | None = None,
     ) -> None:
         self.models = models
+        self.on_reply = on_reply
+        self.extend = extend
         self.host = host
         self.port = port
         self.api_key = api_key or None
@@ -601,7 +626,7 @@ class OpenAIServer:
             ) from None
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(
-            create_app(self.models, self.api_key, self.scopes),
+            create_app(self.models, self.api_key, self.scopes, self.on_reply, self.extend),
             log_level="warning",
             access_log=False,
         )

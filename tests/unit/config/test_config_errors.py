@@ -65,7 +65,7 @@ BAD_CONFIGS = {
         "synchronizer.sync_method",
         "did you mean 'nccl'?",
     ),
-    "bad mode": (setting("mode", "serve"), "mode", "both, train, explore, bench"),
+    "bad mode": (setting("mode", "deploy"), "mode", "both, train, explore, bench, serve"),
     # upstream's Megatron-LM trainer: only the data-parallel strategies exist here
     "megatron actor": (
         setting("trainer.trainer_config.actor_rollout_ref.actor.strategy", "megatron"),

@@ -20,7 +20,7 @@ from trinity.config.schema.runtime import (
 from trinity.config.schema.trainer import TrainerConfig
 from trinity.config.setting import setting
 
-Mode = Literal["both", "train", "explore", "bench"]
+Mode = Literal["both", "train", "explore", "bench", "serve"]
 
 # Sections a stage may override; each is a partial mapping merged onto the global section.
 STAGE_SECTIONS = ("algorithm", "buffer", "explorer", "trainer")
@@ -49,7 +49,9 @@ class Config:
     )
     name: str = setting("rft", "experiment name")
     mode: Mode = setting(
-        "both", "both (explore and train), train, explore, or bench (evaluate checkpoints)"
+        "both",
+        "both (explore and train), train, explore, bench (evaluate checkpoints), or serve "
+        "(the rollout model on the OpenAI API; rewarded calls go to the experience buffer)",
     )
     checkpoint_root_dir: str = setting(
         "./checkpoints", "root of <project>/<name>/ holding checkpoints, logs and buffers"
