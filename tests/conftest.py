@@ -7,13 +7,26 @@ from pathlib import Path
 import pytest
 import torch
 
-# Tests that start Ray (a local instance, `ray start` nodes, `trinity run`) or run a whole
-# job: with xdist (`make test` passes `-n 2`) one worker runs them one after another,
-# while the other tests are spread over the workers. Two of them at once would share a
-# machine sized for one, and a run started while another test's `ray start` head is up
-# would join that head.
+# Tests that start Ray (a local instance, `ray start` nodes, `trinity run` without
+# --dry-run): with xdist (`make test` passes `-n 2`) one worker runs them one after
+# another, while the other tests are spread over the workers. Two of them at once would
+# share a machine sized for one, and a run started while another test's `ray start` head
+# is up would join that head. Entries are node-id prefixes: a file, or file::test.
 SERIAL = (
-    "e2e/",
+    "e2e/test_algorithms.py::test_ppo_through_the_cli",
+    "e2e/test_async_sync.py::test_async_run_reports_the_staleness_of_its_schedule",
+    "e2e/test_async_sync.py::test_split_explore_and_train_processes",
+    "e2e/test_async_sync.py::test_explorer_driven_run_takes_weights_at_its_sync_points",
+    "e2e/test_dapo_multistep_raft.py",
+    "e2e/test_debug_cli.py",
+    "e2e/test_judge_run.py",
+    "e2e/test_lora_run.py",
+    "e2e/test_more_algorithm_types.py::test_each_type_trains_two_steps_as_a_stage_of_one_run",
+    "e2e/test_resume.py",
+    "e2e/test_run_cli.py::test_two_step_grpo_run",
+    "e2e/test_run_cli.py::test_a_run_that_returns_the_trainers_memory_between_steps",
+    "e2e/test_run_cli.py::test_an_actor_that_cannot_start_fails_the_run_with_its_error",
+    "e2e/test_stages.py",
     "integration/test_collective_sync.py",
     "integration/test_data_parallel.py",
     "integration/test_object_store_weights.py",
@@ -34,8 +47,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
     class SerialScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0].removeprefix("tests/")
-            return "serial" if path.startswith(SERIAL) else nodeid
+            return "serial" if nodeid.removeprefix("tests/").startswith(SERIAL) else nodeid
 
     return SerialScheduling(config, log)
 

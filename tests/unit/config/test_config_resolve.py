@@ -114,10 +114,12 @@ def test_train_batch_size_given_wins(minimal: dict[str, Any]) -> None:
 @pytest.mark.parametrize("algorithm_type", sorted(ALGORITHM_DEFAULTS))
 def test_algorithm_defaults_fill_unset_parts(minimal: dict[str, Any], algorithm_type: str) -> None:
     minimal["algorithm"]["algorithm_type"] = algorithm_type
-    if algorithm_type == "mix":
+    if algorithm_type in ("mix", "mix_chord"):  # their expert rows
         minimal["buffer"]["trainer_input"]["auxiliary_buffers"] = {
             "sft_dataset": {"path": "/data/sft"}
         }
+    if algorithm_type in ("on_policy_distill", "jsd"):  # their teacher
+        minimal.setdefault("explorer", {})["auxiliary_models"] = [{"model_path": "teacher"}]
     cfg = resolved(minimal)
     table = ALGORITHM_DEFAULTS[algorithm_type]
     algo = cfg.algorithm

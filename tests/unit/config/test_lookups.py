@@ -42,7 +42,10 @@ def test_builtin_names_are_the_registries_names() -> None:
 
     for kind, (module, attr) in REGISTRIES.items():
         registry = getattr(importlib.import_module(module), attr)
-        assert BUILTIN_NAMES[kind] == set(registry.names()), kind
+        # names that trinity's own modules register (other tests of the same process
+        # register their own workflows and rewards)
+        builtin = {n for n in registry.names() if registry.get(n).__module__.startswith("trinity.")}
+        assert BUILTIN_NAMES[kind] == builtin, kind
 
 
 def test_a_config_of_builtin_names_and_existing_paths_passes(data: dict[str, Any]) -> None:
