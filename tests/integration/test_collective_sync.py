@@ -201,11 +201,7 @@ def test_run_broadcasts_the_published_weights_to_every_engine(
     assert published == on_disk
     assert held == {v: {print_} for v, print_ in on_disk.items()}  # both engines, each version
     initial = load_file(tiny_model_dir / "model.safetensors")
-    assert (
-        on_disk["1"]
-        != on_disk["2"]
-        != fingerprint({k: v.to(dtype) for k, v in initial.items()})
-    )
+    assert on_disk["1"] != on_disk["2"] != fingerprint({k: v.to(dtype) for k, v in initial.items()})
     rows = [
         json.loads(line)
         for line in (job / "monitor" / "bcast_explorer_metrics.jsonl").read_text().splitlines()
