@@ -7,7 +7,8 @@
 - A misspelt ``policy_loss_fn_args`` / ``advantage_fn_args`` name fails at load, naming
   the key path and the part's valid argument names, for every type's default parts.
 - The types composed of existing parts (cpt, asymre, topr, cispo, sapo, mix_chord, sppo,
-  rec, grpo_verl) each train 2 steps on the tiny model as the stages of one
+  rec, grpo_verl) and the distillation types (on_policy_distill, jsd, with the tiny
+  model as its own teacher) each train 2 steps on the tiny model as the stages of one
   ``trinity run`` (one Ray start), from their example configs made small.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -38,6 +40,9 @@ RUN_TYPES = {
     "sppo": ("actor/pg_loss", "actor/pg_clipfrac"),
     "rec": ("actor/pg_loss", "actor/pg_clipfrac"),
     "grpo_verl": ("actor/pg_loss", "actor/pg_clipfrac_lower"),
+    # the teacher (the tiny model itself here) scores the student's tokens
+    "on_policy_distill": ("actor/pg_loss",),
+    "jsd": ("actor/pg_loss",),
 }
 
 
@@ -149,6 +154,8 @@ def small_stage(algorithm_type: str) -> dict:
         algorithm["repeat_times"] = 2
         buffer["explorer_input"] = {**buffer["explorer_input"], "eval_tasksets": []}
         stage["explorer"] = {"runner_per_model": 2, "eval_on_startup": False}
+        if ex.get("explorer", {}).get("auxiliary_models"):  # the distillation teacher
+            stage["explorer"]["auxiliary_models"] = ex["explorer"]["auxiliary_models"]
     stage.update(algorithm=algorithm, buffer=buffer)
     return stage
 
@@ -163,7 +170,12 @@ def test_each_type_trains_two_steps_as_a_stage_of_one_run(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     path = staged_config(tiny_model_dir, tmp_path, [small_stage(t) for t in RUN_TYPES])
-    result = run_cli("run", "--config", str(path))
+    result = run_cli(
+        "run",
+        "--config",
+        str(path),
+        env={**os.environ, "TRINITY_TEACHER_PATH": str(tiny_model_dir)},
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     for name, metrics in RUN_TYPES.items():
         job = tmp_path / "types" / "stages" / name
@@ -175,3 +187,10 @@ def test_each_type_trains_two_steps_as_a_stage_of_one_run(
             for key in metrics:
                 assert math.isfinite(row[key]), (name, key, row.get(key))
         assert (job / "global_step_2" / "actor" / "model_world_size_1_rank_0.pt").exists()
+    for name in ("on_policy_distill", "jsd"):  # the teacher's log-probs were there
+        [path] = (tmp_path / "types" / "stages" / name / "monitor").rglob(
+            "*_explorer_metrics.jsonl"
+        )
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        kls = [r["rollout/teacher_kl/mean"] for r in rows if "rollout/teacher_kl/mean" in r]
+        assert len(kls) == 2 and all(math.isfinite(k) for k in kls), (name, rows)
