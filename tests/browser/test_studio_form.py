@@ -86,7 +86,7 @@ def test_widget_kinds_follow_the_types():
         "algorithm.use_critic": "choice",  # bool | None: unset, true or false
         "buffer.total_steps": "int",
     }
-    assert BY_PATH["mode"].choices == ("both", "train", "explore", "bench")
+    assert BY_PATH["mode"].choices == ("both", "train", "explore", "bench", "serve")
     assert BY_PATH["algorithm.use_critic"].choices == (None, True, False)
     assert BY_PATH["buffer.total_steps"].optional
     algo = BY_PATH["algorithm.algorithm_type"]
