@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from trinity import kernels
+from trinity.kernels import bindings, loader
 
 needs_compiler = pytest.mark.skipif(
     shutil.which("cc") is None and shutil.which("gcc") is None, reason="no C compiler"
@@ -24,7 +25,7 @@ needs_compiler = pytest.mark.skipif(
 @pytest.fixture
 def fresh(monkeypatch: pytest.MonkeyPatch) -> None:
     """load() as at the start of a process (the kernels enabled), restored afterwards."""
-    monkeypatch.setattr(kernels, "_loaded", {})
+    monkeypatch.setattr(loader, "_loaded", {})
     monkeypatch.delenv("TRINITY_CPU_KERNELS", raising=False)
 
 
@@ -112,8 +113,8 @@ def test_a_baseline_build_gives_the_native_builds_elementwise_bits(
 def test_the_kernels_step_aside_off_x86_64_linux_with_glibc(
     fresh, monkeypatch: pytest.MonkeyPatch, caplog, probe, reason
 ) -> None:
-    monkeypatch.setattr(kernels, "_platform", lambda: probe)
-    monkeypatch.setattr(kernels, "build", lambda: pytest.fail("no build where unsupported"))
+    monkeypatch.setattr(loader, "_platform", lambda: probe)
+    monkeypatch.setattr(loader, "build", lambda: pytest.fail("no build where unsupported"))
     with caplog.at_level(logging.WARNING, logger="trinity.kernels"):
         assert kernels.load() is None
         assert kernels.load() is None  # asked again: the answer is kept, not logged again
@@ -122,7 +123,7 @@ def test_the_kernels_step_aside_off_x86_64_linux_with_glibc(
 
 
 def test_this_machine_is_supported_where_the_suite_runs() -> None:
-    system, machine, libc = kernels._platform()
+    system, machine, libc = loader._platform()
     expected = system == "Linux" and machine in ("x86_64", "AMD64") and libc == "glibc"
     assert (kernels.unsupported_reason() is None) == expected
 
@@ -147,7 +148,7 @@ def test_a_decode_shape_mirror_unlike_the_c_struct_turns_the_kernels_off(
     kernels.Kernels(lib)  # the real mirror matches
     with pytest.raises(kernels.KernelBuildError, match="does not match the C decode_shape"):
         kernels.Kernels(lib, mirror)
-    monkeypatch.setattr(kernels, "DecodeShape", mirror)
+    monkeypatch.setattr(bindings, "DecodeShape", mirror)
     with caplog.at_level(logging.WARNING, logger="trinity.kernels"):
         assert kernels.load() is None  # and callers take the PyTorch path
     assert "does not match the C decode_shape" in caplog.text
