@@ -1,39 +1,46 @@
-"""Every RL algorithm type raises a trivially learnable reward; with the advantages'
-sign flipped it does not.
+"""Every RL algorithm type raises a trivially learnable reward; with its direction
+flipped it does not.
 
 The trainer tests check that parameters change and metrics stay finite, which a flipped
 sign anywhere between the advantage function and the loss would pass. Here each type
 (every row of ``ALGORITHM_DEFAULTS`` with ``use_rollout``, so a new type is picked up;
-raft has no advantages to flip: it trains on its best rollouts with the SFT loss;
-on_policy_distill and jsd learn no reward, their direction test is the KL to the teacher
-in tests/integration/test_distill_direction.py)
-trains the tiny model on-policy: the real explorer (rollout engine, runner pool, a
-workflow) samples from the current weights, the real ``Trainer`` with the type's
-resolved config (``make_config``: ppo with its critic, mix with 8 expert rows per step
-from a small SFT dataset) updates them, and ``weights_for_sync`` goes into the engine
-through ``Explorer.load_weights`` after every step. No Ray.
+on_policy_distill and jsd learn no reward, their direction test is the divergence to the
+teacher in tests/integration/test_distill_direction.py) trains the tiny model
+on-policy: the real explorer (rollout engine, runner pool, a workflow, the type's own
+selection: raft's best of each group, dapo's dynamic sampling) samples from the current
+weights, the real ``Trainer`` with the type's resolved config (``make_config``: ppo
+with its critic, mix with 8 expert rows per step from a small SFT dataset) updates them,
+and ``weights_for_sync`` goes into the engine through ``Explorer.load_weights`` after
+every step. No Ray.
 
 The task: one prompt, one response token sampled at temperature 0.3 (at 1.0 the random
 tiny model spreads its mass over the whole vocabulary), reward 1 when it is the initial
 policy's most likely token (probability 0.38 at 0.3), else 0; 2 tasks x 8 rollouts per
 step, ``STEPS`` = 5 explore steps with a train step (AdamW, lr 1e-3) between each two.
 The gain is the mean reward of the last two explore steps minus the initial policy's
-expected reward (0.38). ``test_flipped_advantages_miss_the_margin`` negates the
-advantages where the trainer receives them (its ``advantage_fn``; the returns, the
-critic's targets, are kept) and checks that the same run then misses the margin.
+expected reward (0.38). ``test_flipped_direction_misses_the_margin`` reverses the
+direction where the type keeps it and checks that the same run then misses the margin:
+it negates the advantages where the trainer receives them (its ``advantage_fn``; the
+returns, the critic's targets, are kept), or for raft, which has no advantages (SFT on
+the kept rollouts), makes the explorer keep each group's worst rollouts instead of its
+best (``keep_worst_of_group``: raft's selection ranking the negated rewards).
 
 Measured (the config's seed 42; rewards of the 5 explore steps, gain):
 
-    type                right sign                        flipped
+    type                right direction                   flipped
     asymre              0.50 0.38 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
     cispo               0.50 0.38 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
+    dapo                0.50 0.38 0.97 0.99 1.00  +0.61   0.50 0.00 0.00 0.00 0.00  -0.38
+    gigpo               0.50 0.38 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
     grpo                0.50 0.38 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
     grpo_verl           0.50 0.38 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
     gspo                0.50 0.38 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
     mix                 0.50 0.44 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
     mix_chord           0.50 0.38 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
+    multi_step_grpo     0.50 0.38 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
     opmd                0.50 0.38 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
     ppo                 0.50 0.38 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
+    raft                0.50 0.62 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
     rec                 0.50 0.38 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
     reinforceplusplus   0.50 0.38 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
     rloo                0.50 0.38 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
@@ -41,13 +48,19 @@ Measured (the config's seed 42; rewards of the 5 explore steps, gain):
     sppo                0.50 0.38 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
     topr                0.50 0.62 1.00 1.00 1.00  +0.62   0.50 0.00 0.00 0.00 0.00  -0.38
 
-MARGIN = 0.3 is safe both ways: the right sign clears it by 0.32 (no run can gain more
-than 1 - 0.38 = 0.62), and a flipped run cannot reach it once its reward has fallen (its
-gain is then negative). With seeds 0-5 every type up to rloo still ends at 0.94-1.00 (gain
-+0.56 to +0.62; flipped: 0.00, -0.38); asymre, cispo, grpo_verl, mix_chord, rec, sapo,
-sppo and topr were measured at seed 42 only. The first update sometimes lowers the
-reward (AdamW's first step moves every parameter by about lr, whatever its gradient),
-hence the last two steps. A policy that does not learn stays near 0.38 and fails as well.
+dapo's reward is the mean over everything its dynamic sampling rolled out in the step,
+the extra rounds included. raft's first step trains on the 8 rollouts that hit the
+target (its flipped run on the 8 that missed); with the explorer's selection left at
+grpo's (none), raft fine-tunes on all its samples, which also sharpens the policy
+towards the target, so the selection is what this test checks.
+
+MARGIN = 0.3 is safe both ways: the right direction clears it by 0.31 (no run can gain
+more than 1 - 0.38 = 0.62), and a flipped run cannot reach it once its reward has
+fallen (its gain is then negative). With seeds 0-5 grpo, gspo, mix, opmd, ppo,
+reinforceplusplus and rloo still ended at 0.94-1.00 (gain +0.56 to +0.62; flipped:
+0.00, -0.38); the others were measured at seed 42 only. The first update sometimes lowers the reward (AdamW's first
+step moves every parameter by about lr, whatever its gradient), hence the last two
+steps. A policy that does not learn stays near 0.38 and fails as well.
 
     .venv/bin/pytest -q -n 0 tests/integration/test_learning_direction.py
 """
@@ -55,6 +68,7 @@ hence the last two steps. A policy that does not learn stays near 0.38 and fails
 from __future__ import annotations
 
 import json
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +81,7 @@ from safetensors.torch import load_file
 from trinity.algorithm.advantage.base import AdvantageInputs
 from trinity.config import Config
 from trinity.config.algorithm_defaults import ALGORITHM_DEFAULTS
+from trinity.explorer.best_of_group import keep_best_of_group
 from trinity.types import Experience
 from trinity.workflows.base import Workflow
 from trinity.workflows.registry import WORKFLOWS
@@ -84,7 +99,7 @@ pytestmark = pytest.mark.slow
 RL_TYPES = sorted(
     n
     for n, r in ALGORITHM_DEFAULTS.items()
-    if r.use_rollout and r.advantage_fn != "none" and n not in ("on_policy_distill", "jsd")
+    if r.use_rollout and n not in ("on_policy_distill", "jsd")
 )
 PROMPT = "Say yes."
 TEMPERATURE = 0.3
@@ -111,6 +126,19 @@ class TargetTokenWorkflow(Workflow):
             set_reward(exp, {"target_token": float((response == target).float().mean())})
             exp.eid.run = run
         return experiences
+
+
+def keep_worst_of_group(exps: list[Experience], min_reward: float = 0.0) -> int:
+    """raft's selection ranking the negated rewards: each group keeps its worst rollouts
+    (every group, whatever its rewards); the rewards are restored afterwards."""
+    rewards = [exp.reward for exp in exps]
+    for exp in exps:
+        exp.reward = -float(exp.reward or 0.0)
+    try:
+        return keep_best_of_group(exps, min_reward=-math.inf)
+    finally:
+        for exp, reward in zip(exps, rewards, strict=True):
+            exp.reward = reward
 
 
 class FlippedAdvantage:
@@ -202,10 +230,14 @@ def learn(
     root: Path,
     algorithm_type: str,
     rollouts: Rollouts,
-    flip: bool = False,
+    flip: pytest.MonkeyPatch | None = None,
 ) -> list[float]:
-    """The mean reward of each of ``STEPS`` explore steps, training on-policy between them;
-    ``flip`` wraps the trainer's advantage function in :class:`FlippedAdvantage`."""
+    """The mean reward of each of ``STEPS`` explore steps, training on-policy between them.
+
+    ``flip`` (a monkeypatch) reverses the direction: the trainer's advantage function is
+    wrapped in :class:`FlippedAdvantage`, or for a type that trains on each group's best
+    rollouts (raft) the explorer keeps the worst instead (:func:`keep_worst_of_group`).
+    """
     from trinity.buffer import make_experience_buffer
     from trinity.trainer.train_input import TrainInput
     from trinity.trainer.trainer import Trainer
@@ -219,9 +251,14 @@ def learn(
         (root / "sft" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     cfg = type_config(model_dir, root, algorithm_type, total_steps=STEPS)
     trainer = Trainer(cfg, model_dir=model_dir, total_steps=STEPS - 1)
-    if flip:
+    if flip is not None and ALGORITHM_DEFAULTS[algorithm_type].best_of_group:
+        flip.setattr("trinity.explorer.explorer.keep_best_of_group", keep_worst_of_group)
+    elif flip is not None:
         trainer.advantage_fn = FlippedAdvantage(trainer.advantage_fn)
     explorer = rollouts.explorer
+    # the type's own explorer behaviour: raft's best-of-group selection, dapo's dynamic
+    # sampling (the shared explorer was built with grpo's config)
+    explorer.config.algorithm = cfg.algorithm
     explorer.load_weights(rollouts.initial_weights, 0)
     buffer = make_experience_buffer(cfg.buffer.trainer_input.experience_buffer)
     train_input = TrainInput(cfg, trainer.tokenizer, lambda n: buffer.get(n, timeout=0))
@@ -258,11 +295,12 @@ def test_training_raises_the_reward(
 
 
 @pytest.mark.parametrize("algorithm_type", RL_TYPES)
-def test_flipped_advantages_miss_the_margin(
+def test_flipped_direction_misses_the_margin(
     tiny_model_dir: Path,
     tmp_path: Path,
     rollouts: Rollouts,
     algorithm_type: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    rewards = learn(tiny_model_dir, tmp_path, algorithm_type, rollouts, flip=True)
+    rewards = learn(tiny_model_dir, tmp_path, algorithm_type, rollouts, flip=monkeypatch)
     assert gain(rewards, rollouts.initial_reward) < MARGIN, rewards
