@@ -93,8 +93,9 @@ ALGORITHM_DEFAULTS: dict[str, AlgorithmDefaults] = {
     "gigpo": AlgorithmDefaults(
         "gigpo", "ppo", NONE, "k2", "default", "default", False, False, True
     ),
+    # RAFT keeps each group's best rollouts; a group of one keeps it when it scored > 0
     "raft": AlgorithmDefaults(
-        NONE, "sft", NONE, NONE, NONE, "default", False, False, True, best_of_group=True
+        NONE, "sft", NONE, NONE, NONE, "default", False, False, False, best_of_group=True
     ),
 }
 

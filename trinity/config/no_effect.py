@@ -67,6 +67,7 @@ NO_EFFECT: dict[str, str] = {
             ("enable_auto_tool_choice", _TOOL_PARSER),
             ("tool_call_parser", _TOOL_PARSER),
             ("reasoning_parser", "vLLM-only: the endpoint leaves reasoning in the content"),
+            ("enable_log_requests", "vLLM-only: requests are not logged one by one"),
         )
     },
     **{
@@ -96,6 +97,7 @@ NO_EFFECT: dict[str, str] = {
     },
     # trainer
     "trainer.trainer_type": "verl and torch name the same built-in trainer",
+    "trainer.enable_preview": "no rollout preview is sent: samples are in trinity view and the buffer",
     "trainer.trainer_strategy": _STRATEGY,
     "trainer.ulysses_sequence_parallel_size": _NO_SP,
     "algorithm.optimizer.total_training_steps": (

@@ -310,17 +310,46 @@ def _check_buffer(cfg: Config) -> None:
     ]
     if ti.experience_buffer is not None:
         storages.append(("buffer.trainer_input.experience_buffer", ti.experience_buffer))
-    seen: dict[str, str] = {}
+    # an eval taskset may share its training taskset's name (as Trinity-RFT's examples do):
+    # eval results are keyed by eval taskset, the readers and buffers by their own names
+    seen: dict[tuple[bool, str], str] = {}
     for path, storage in storages:
         _check_storage(path, storage)
-        if storage.name in seen:
+        scope = (".eval_tasksets[" in path, storage.name)
+        if scope in seen:
+            among = "eval tasksets" if scope[0] else "training tasksets and buffers"
             raise ConfigError(
                 f"{path}.name",
-                f"is already used by {seen[storage.name]}",
+                f"is already used by {seen[scope]}",
                 value=storage.name,
-                valid="a name unique among tasksets and buffers (it names a Ray actor)",
+                valid=f"a name unique among {among}",
             )
-        seen[storage.name] = path
+        seen[scope] = path
+    _check_schema_types(cfg)
+
+
+def _check_schema_types(cfg: Config) -> None:
+    """Trinity-RFT's ``schema_type`` must name the rows this project reads there: auxiliary
+    buffers are SFT datasets, a trainer's dataset is SFT or DPO by its policy loss."""
+    ti = cfg.buffer.trainer_input
+    for key, storage in ti.auxiliary_buffers.items():
+        if storage.schema_type not in (None, "sft"):
+            raise ConfigError(
+                f"buffer.trainer_input.auxiliary_buffers.{key}.schema_type",
+                "auxiliary buffers are read as SFT datasets",
+                value=storage.schema_type,
+                valid="sft, or unset",
+            )
+    given = ti.experience_buffer.schema_type if ti.experience_buffer is not None else None
+    if given in ("sft", "dpo") and cfg.algorithm.algorithm_type != "cpt":
+        rows = "dpo" if cfg.algorithm.policy_loss_fn == "dpo" else "sft"
+        if given != rows:
+            raise ConfigError(
+                "buffer.trainer_input.experience_buffer.schema_type",
+                f"algorithm_type {cfg.algorithm.algorithm_type} trains on {rows} rows",
+                value=given,
+                valid=f"{rows}, or unset",
+            )
 
 
 def _check_storage(path: str, storage: StorageConfig) -> None:

@@ -167,9 +167,9 @@ BAD_CONFIGS = {
         "must be a list",
     ),
     "duplicate storage name": (
-        setting("buffer.explorer_input.eval_tasksets", [dict(TASK)]),
-        "buffer.explorer_input.eval_tasksets[0].name",
-        "is already used by buffer.explorer_input.tasksets[0]",
+        setting("buffer.explorer_input.eval_tasksets", [dict(TASK), dict(TASK)]),
+        "buffer.explorer_input.eval_tasksets[1].name",
+        "is already used by buffer.explorer_input.eval_tasksets[0]",
     ),
     "file taskset without path": (
         setting("buffer.explorer_input.taskset", {"name": "tasks"}),

@@ -59,6 +59,8 @@ CONSUMED_IN_CONFIG = {
     **{  # Trinity-RFT's data_selector section, copied into task_selector
         f"{storage}.data_selector.selector_type": "resolve.py" for storage in _STORAGES
     },
+    # Trinity-RFT's row kind: checked against what the storage's role and algorithm read
+    **{f"{storage}.schema_type": "validate.py" for storage in _STORAGES},
 }
 
 # no-effect key -> file outside trinity/config whose match of the name means something else

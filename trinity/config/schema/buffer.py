@@ -104,6 +104,11 @@ class StorageConfig:
     path: str | None = setting(
         None, "data directory/file, hub id, or SQLAlchemy URL (sql; optional backup for queue)"
     )
+    schema_type: Literal["task", "experience", "sft", "dpo"] | None = setting(
+        None,
+        "kind of rows (Trinity-RFT's key); the kind read here follows the storage's role "
+        "and the algorithm, and a value that contradicts it fails validation",
+    )
     subset_name: str | None = setting(None, "dataset subset (configuration) name")
     split: str = setting("train", "dataset split")
     repeat_times: int | None = setting(

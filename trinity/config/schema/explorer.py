@@ -52,6 +52,7 @@ class InferenceModelConfig:
     )
     tool_call_parser: str | None = setting(None, "vLLM parser of tool calls (e.g. hermes)")
     reasoning_parser: str | None = setting(None, "vLLM parser of reasoning sections")
+    enable_log_requests: bool = setting(False, "log every request the engine receives (vLLM)")
     dtype: Dtype | None = setting(None, "engine dtype; unset: model.dtype")
     seed: int | None = setting(None, "sampling seed of the engine; unset: the global seed")
     chat_template: str | None = setting(

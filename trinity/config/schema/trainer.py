@@ -28,6 +28,9 @@ class TrainerConfig:
         "fsdp", "veRL's data-parallel strategy name (megatron is not supported)"
     )
     save_interval: int = setting(0, "train steps between checkpoints; 0: only at the end")
+    enable_preview: bool = setting(
+        True, "show sample rollouts in the wandb run (Trinity-RFT's key)"
+    )
     total_steps: int | None = setting(
         None, "train steps of the run; unset: derived from buffer.total_steps when it is set"
     )
