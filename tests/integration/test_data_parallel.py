@@ -2,9 +2,10 @@
 
 The one-rank trainer runs in the test process; the two ranks are ``TrainerRank`` actors
 on a local Ray instance of our own. Both see the same global batches: 7 experiences, so
-the ranks hold 4 and 3 rows. The one-rank trainer uses micro-batches of 3 rows; the ranks
-pack theirs to 22 tokens (use_dynamic_bsz), which gives rank 0 (20 + 6 tokens) two
-micro-batches and rank 1 (22 tokens) one, so rank 1 runs one padding micro-batch. GRPO
+the ranks hold 4 and 3 rows (balance_batch: rows 0, 2, 4, 6 and 1, 3, 5). The one-rank
+trainer uses micro-batches of 3 rows; the ranks pack theirs to 22 tokens (use_dynamic_bsz),
+which gives rank 0 (21 + 5 tokens) two micro-batches and rank 1 (22 tokens) one, so rank 1
+runs one padding micro-batch. GRPO
 with a KL loss against the reference model and an entropy bonus, so every loss term and
 the reference forward are split across the ranks.
 """

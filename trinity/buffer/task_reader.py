@@ -9,10 +9,18 @@ Selectors decide the order inside each epoch:
 
 - ``sequential``: rows in file order;
 - ``shuffle``: a fresh permutation per epoch from ``numpy.random.default_rng([seed, epoch])``;
-- ``random``: ``num_tasks`` draws with replacement per epoch, from the same generator.
+- ``random``: ``num_tasks`` draws with replacement per epoch, from the same generator;
+- ``difficulty_based``: tasks whose estimated pass rate is near a target are drawn more
+  often (:mod:`trinity.buffer.difficulty_selector`); ``data_selector.feature_keys`` name
+  the columns of prior pass rates, ``data_selector.kwargs`` the settings. The explorer
+  reports each step's observed pass rates (``feedback``), which move the estimates.
+  Tasks are drawn a block of ``min(batch_size, num_tasks)`` at a time, distinct inside
+  the block, from the estimates of the moment (in a mix of tasksets a block may serve
+  more than one batch).
 
-The order is a pure function of (seed, epoch, position), so ``state_dict()`` only
-needs the position to resume at exactly the next batch.
+The first three orders are a pure function of (seed, epoch, position), so
+``state_dict()`` only needs the position to resume at exactly the next batch;
+``difficulty_based`` adds its estimates and the draws not read yet.
 
 Several training tasksets (``buffer.explorer_input.tasksets``) are read by a
 ``TasksetMix``: one epoch of the mix is one epoch of every taskset, interleaved in
@@ -36,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from trinity.buffer.difficulty_selector import DifficultySelector, DifficultySettings
 from trinity.buffer.errors import InvalidRows, MalformedRowError, MissingKeyError, TasksetExhausted
 from trinity.buffer.file_reader import read_rows
 from trinity.buffer.row_check import format_rules, row_problem
@@ -44,7 +53,7 @@ from trinity.types import Task
 
 logger = logging.getLogger(__name__)
 
-SELECTORS = ("sequential", "shuffle", "random")
+SELECTORS = ("sequential", "shuffle", "random", "difficulty_based")
 
 
 def as_dict(obj: Any) -> dict[str, Any]:
@@ -131,6 +140,30 @@ class TasksetReader:
         self.position = 0
         self._order_epoch = -1
         self._order = np.empty(0, dtype=np.int64)
+        self.difficulty = self._difficulty_selector() if selector == "difficulty_based" else None
+        self._drawn: dict[int, int] = {}  # position -> row, drawn by difficulty_based
+
+    def _difficulty_selector(self) -> DifficultySelector:
+        where = f"taskset '{self.name}' (data_selector, selector_type difficulty_based)"
+        section = getattr(self.cfg, "data_selector", None)
+        keys = list(getattr(section, "feature_keys", None) or [])
+        if len(keys) not in (1, 2):
+            raise ValueError(
+                f"{where}: feature_keys must name one or two columns of prior pass rates "
+                f"in [0, 1] (a weaker and a stronger reference model), got {keys}"
+            )
+        features = np.empty((len(self.rows), len(keys)))
+        for i, row in enumerate(self.rows):
+            for j, key in enumerate(keys):
+                value = row.get(key)
+                if isinstance(value, bool) or not isinstance(value, int | float):
+                    raise ValueError(
+                        f"{where}: row {i} (0-based) holds {value!r} in feature key '{key}', "
+                        "not a pass rate in [0, 1]"
+                    )
+                features[i, j] = value
+        settings = DifficultySettings.from_kwargs(getattr(section, "kwargs", None), where)
+        return DifficultySelector(features, settings, self.seed)
 
     def _load_rows(self) -> list[dict[str, Any]]:
         storage_type = getattr(self.cfg, "storage_type", "file")
@@ -200,13 +233,45 @@ class TasksetReader:
         """Every row once, in file order (for eval tasksets); does not move the position."""
         return [self._task(i) for i in range(len(self.rows))]
 
-    def state_dict(self) -> dict[str, Any]:
+    def feedback(self, pass_rates: Mapping[int, float]) -> None:
+        """Observed pass rates of rows of this taskset (row index -> [0, 1]) after a step;
+        they update the ``difficulty_based`` estimates, other selectors ignore them."""
+        if self.difficulty is not None and pass_rates:
+            self.difficulty.update(list(pass_rates), list(pass_rates.values()))
+
+    def selector_state(self) -> dict[str, Any] | None:
+        """What ``difficulty_based`` learnt and drew ahead (None for the other selectors)."""
+        if self.difficulty is None:
+            return None
         return {
+            **self.difficulty.state_dict(),
+            "drawn": sorted([p, r] for p, r in self._drawn.items()),
+        }
+
+    def load_selector_state(self, state: Mapping[str, Any] | None) -> None:
+        if self.difficulty is None:
+            return
+        if state is None or len(state.get("alphas", ())) != self.num_tasks:
+            logger.warning(
+                "taskset '%s': no difficulty_based estimates of its %d tasks were saved; "
+                "they start afresh",
+                self.name,
+                self.num_tasks,
+            )
+            return
+        self.difficulty.load_state_dict(state)
+        self._drawn = {int(p): int(r) for p, r in state.get("drawn", [])}
+
+    def state_dict(self) -> dict[str, Any]:
+        state = {
             "position": self.position,
             "num_tasks": len(self.rows),
             "seed": self.seed,
             "selector": self.selector,
         }
+        if self.difficulty is not None:
+            state["difficulty"] = self.selector_state()
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         for key in ("num_tasks", "seed", "selector"):
@@ -223,6 +288,7 @@ class TasksetReader:
                     state["position"],
                 )
         self.position = int(state["position"])
+        self.load_selector_state(state.get("difficulty"))
 
     def task_at(self, position: int) -> Task:
         """The task at ``position`` of this taskset's stream (any position, any epoch)."""
@@ -233,6 +299,11 @@ class TasksetReader:
         epoch, offset = divmod(position, n)
         if self.selector == "sequential":
             return offset
+        if self.difficulty is not None:
+            if position not in self._drawn:
+                rows = self.difficulty.draw(min(self.batch_size, n))
+                self._drawn = {position + i: int(row) for i, row in enumerate(rows)}
+            return self._drawn[position]
         if epoch != self._order_epoch:
             rng = np.random.default_rng([self.seed % 2**64, epoch])
             if self.selector == "shuffle":
@@ -324,8 +395,17 @@ class TasksetMix:
             for r in self.readers
         ]
 
+    def feedback(self, pass_rates: Mapping[str, Mapping[int, float]]) -> None:
+        """Observed pass rates after a step, by taskset name, then row index."""
+        for reader in self.readers:
+            reader.feedback(pass_rates.get(reader.name, {}))
+
     def state_dict(self) -> dict[str, Any]:
-        return {"position": self.position, "tasksets": self._identity()}
+        state: dict[str, Any] = {"position": self.position, "tasksets": self._identity()}
+        selectors = {r.name: r.selector_state() for r in self.readers if r.difficulty}
+        if selectors:
+            state["selectors"] = selectors
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         saved = state.get("tasksets")
@@ -341,3 +421,7 @@ class TasksetMix:
                     state["position"],
                 )
         self.position = int(state["position"])
+        selectors = state.get("selectors") or {}
+        for reader in self.readers:
+            if reader.difficulty is not None:
+                reader.load_selector_state(selectors.get(reader.name))

@@ -34,7 +34,6 @@ _NO_REJECTION = "not implemented: rollout correction weights tokens (rollout_is)
 _NO_SERVER = "not implemented: the data_juicer operator runs Data-Juicer in-process, no server"
 
 _TOOL_PARSER = "vLLM-only: our endpoint always parses Hermes <tool_call> blocks"
-_NO_DIFFICULTY = "difficulty_based is not implemented: it draws tasks as random does"
 _STORAGES = (
     "buffer.explorer_input.taskset",
     "buffer.explorer_input.tasksets[]",
@@ -81,8 +80,6 @@ NO_EFFECT: dict[str, str] = {
         f"{storage}.{key}": why
         for storage in _STORAGES
         for key, why in (
-            ("data_selector.feature_keys", _NO_DIFFICULTY),
-            ("data_selector.kwargs", _NO_DIFFICULTY),
             ("enable_progress_bar", "not implemented: datasets are read without a progress bar"),
         )
     },
@@ -157,9 +154,6 @@ NO_EFFECT: dict[str, str] = {
             "forward_prefetch",
         )
     },
-    "trainer.trainer_config.trainer.balance_batch": (
-        "not implemented: a batch is split over ranks by row count"
-    ),
     "trainer.trainer_config.trainer.default_hdfs_dir": "not implemented: no remote copy is made",
     "trainer.trainer_config.trainer.del_local_ckpt_after_load": (
         "not implemented: checkpoints stay after loading"

@@ -174,7 +174,8 @@ def _fill_storage(storage: StorageConfig, cfg: Config, *, storage_type: str) -> 
         storage.storage_type = storage_type  # type: ignore[assignment]
     selector = storage.data_selector.selector_type
     if selector is not None:
-        # Trinity-RFT's name; difficulty_based has no pass-rate model here: it draws as random
+        # Trinity-RFT's name; difficulty_based needs reward feedback, which only the
+        # explorer's taskset reader gets (it reads data_selector): the others draw as random
         storage.task_selector = "random" if selector == "difficulty_based" else selector
     if storage.format.chat_template is None:
         storage.format.chat_template = cfg.model.custom_chat_template

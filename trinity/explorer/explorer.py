@@ -39,7 +39,12 @@ def make_taskset_reader(
         total_epochs=1 if is_eval else buf.total_epochs,
         total_steps=None if is_eval else training_batches(config),
         seed=config.seed if storage.data_selector.seed is None else storage.data_selector.seed,
-        selector=storage.task_selector,
+        # resolve reads difficulty_based as random for the readers that get no feedback
+        selector=(
+            "difficulty_based"
+            if storage.data_selector.selector_type == "difficulty_based" and not is_eval
+            else storage.task_selector
+        ),
         default_workflow=buf.explorer_input.default_workflow_type
         or buf.default_workflow_type
         or "math_workflow",
@@ -99,6 +104,20 @@ def taskset_metrics(experiences: list[Experience]) -> dict[str, float]:
         metrics[f"{prefix}/accuracy/mean"] = statistics.fmean(score(e) for e in exps)
         metrics[f"{prefix}/num_experiences"] = float(len(exps))
     return metrics
+
+
+def task_pass_rates(experiences: list[Experience]) -> dict[str, dict[int, float]]:
+    """Observed pass rate of each task rolled out, by taskset name, then row index: the
+    mean accuracy (``score``: the ``reward/accuracy`` component, else the reward) of its
+    experiences, clipped to [0, 1]. What ``difficulty_based`` selectors learn from."""
+    scores: dict[tuple[str, int], list[float]] = {}
+    for exp in experiences:
+        key = (str(exp.info.get("taskset", "")), int(exp.info.get("task_index", exp.eid.task)))
+        scores.setdefault(key, []).append(score(exp))
+    rates: dict[str, dict[int, float]] = {}
+    for (taskset, index), values in scores.items():
+        rates.setdefault(taskset, {})[index] = min(max(statistics.fmean(values), 0.0), 1.0)
+    return rates
 
 
 class Explorer:
@@ -214,6 +233,8 @@ class Explorer:
             if experiences is None:
                 return None
             result.experiences = sampled = experiences
+        # difficulty_based selectors learn from everything rolled out, kept or not
+        self.taskset.feedback(task_pass_rates(sampled))
         # the policy's rollout metrics cover everything it sampled, kept or not
         metrics = rollout_metrics(sampled)
         if len(self.taskset.readers) > 1:

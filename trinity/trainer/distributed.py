@@ -6,6 +6,11 @@ batch). Each rank runs the forward and backward of its own rows (``rank_rows``);
 gradients of the rows are summed across ranks (FSDP's reduce-scatter with a divide
 factor of 1), which gives the gradient of the whole batch, as one rank would compute it.
 
+Which rows a rank takes: with ``trainer.balance_batch`` (the default) the rows are dealt
+out so every rank gets about the same number of tokens (``balanced_partition``), else in
+contiguous runs of equal row count (``rank_rows``). Either way the row counts differ by at
+most one, and the loss normalisation (whole-batch counts) makes the gradient the same.
+
 FSDP runs a collective in every forward and backward, so all ranks must run the same
 number of micro-batches. A rank with fewer rows (or, when micro-batches are packed by a
 token budget, fewer micro-batches) pads its list with ``padding`` micro-batches whose
@@ -131,15 +136,57 @@ def rank_rows(size: int, rank: int, world_size: int) -> slice:
     return slice(start, start + base + (1 if rank < extra else 0))
 
 
+def balanced_partition(tokens: Sequence[int], world_size: int) -> list[list[int]]:
+    """Indices of ``tokens`` per rank, so each rank's token sum is about the same.
+
+    Each rank gets as many items as ``rank_rows`` gives it (the first ``len % world_size``
+    ranks one more), so the micro-batch count of fixed-size splitting still holds. Greedy:
+    the longest item first, each to the rank with the fewest tokens that still has room.
+    Each rank's indices are in ascending order, so rows that were neighbours (rollouts of
+    one prompt, which the shared-prompt forward batches) stay in order.
+
+    >>> balanced_partition([9, 9, 1, 1], 2)  # by row count: 18 and 2 tokens
+    [[0, 2], [1, 3]]
+    """
+    room = [rank_rows(len(tokens), r, world_size) for r in range(world_size)]
+    room_left = [s.stop - s.start for s in room]
+    sums = [0] * world_size
+    parts: list[list[int]] = [[] for _ in range(world_size)]
+    for i in sorted(range(len(tokens)), key=lambda i: (-tokens[i], i)):
+        rank = min((r for r in range(world_size) if room_left[r]), key=lambda r: (sums[r], r))
+        parts[rank].append(i)
+        sums[rank] += tokens[i]
+        room_left[rank] -= 1
+    return [sorted(part) for part in parts]
+
+
+def rows_of_rank(
+    batch: TrainBatch, rank: int, world_size: int, balance: bool = False
+) -> slice | torch.Tensor:
+    """The rows of ``batch`` that ``rank`` computes: contiguous (``rank_rows``), or with
+    ``balance`` the rows ``balanced_partition`` deals it by token count. DPO pairs
+    (``paired``) stay together; every rank computes the same answer without talking."""
+    unit = 2 if batch.paired else 1
+    units = batch.size // unit
+    if not balance or world_size == 1:
+        rows = rank_rows(units, rank, world_size)
+        return slice(rows.start * unit, rows.stop * unit)
+    tokens = batch.lengths.view(units, unit).sum(dim=1).tolist()
+    mine = balanced_partition(tokens, world_size)[rank]
+    return torch.tensor([u * unit + k for u in mine for k in range(unit)], dtype=torch.long)
+
+
 def micro_batches(
     batch: TrainBatch,
     micro_size: int,
     rank: int,
     world_size: int,
     max_tokens: int | None = None,
+    balance: bool = False,
 ) -> list[tuple[TrainBatch, bool]]:
     """This rank's micro-batches of ``batch`` as (micro, is_padding) pairs.
 
+    The rank's rows are ``rows_of_rank(batch, rank, world_size, balance)``, cut into
     ``micro_size`` rows each, or with ``max_tokens`` packed to that many tokens
     (``TrainBatch.micro_slices``). Every rank gets the same number: with fixed sizes
     enough for the largest rank's rows; packed counts depend on each rank's lengths, so
@@ -149,8 +196,7 @@ def micro_batches(
     """
     unit = 2 if batch.paired else 1
     units = batch.size // unit
-    rows = rank_rows(units, rank, world_size)
-    mine = batch.select(slice(rows.start * unit, rows.stop * unit))
+    mine = batch.select(rows_of_rank(batch, rank, world_size, balance))
     real = mine.split(micro_size, max_tokens) if mine.size else []
     if max_tokens is None:
         micro_rows = math.ceil(micro_size / unit) * unit
@@ -218,7 +264,9 @@ def in_turns(save_strategy: str, write: Callable[[], None]) -> tuple[int, int]:
     return mine, max(turns) + 1
 
 
-def all_reduce_rows(full: torch.Tensor, rows: slice, local: torch.Tensor) -> torch.Tensor:
+def all_reduce_rows(
+    full: torch.Tensor, rows: slice | torch.Tensor, local: torch.Tensor
+) -> torch.Tensor:
     """(B, ...) tensor of every rank's rows: each rank computed ``local`` for ``rows``."""
     full = torch.zeros_like(full)
     full[rows] = local

@@ -215,6 +215,8 @@ class Trainer:
                 logger=self.logger,
             )
         self.critic_warmup = int(tc.trainer.critic_warmup)
+        # data parallel: deal rows to ranks by token count (trainer/distributed.py)
+        self.balance_batch = bool(tc.trainer.balance_batch)
 
         if self.world_size > 1:
             if self.critic is not None or self.lora is not None:
@@ -402,7 +404,12 @@ class Trainer:
             batch = batch.select(rows)
         totals: dict[str, tuple[float, int]] = {}
         micros = distributed.micro_batches(
-            batch, self.micro_batch_size, self.rank, self.world_size, self.max_tokens
+            batch,
+            self.micro_batch_size,
+            self.rank,
+            self.world_size,
+            self.max_tokens,
+            balance=self.balance_batch,
         )
         for micro, padding in micros:
             if self.master is not None:
@@ -695,7 +702,7 @@ class Trainer:
                     for m in micros
                 ]
             )
-        rows = distributed.rank_rows(batch.size, self.rank, self.world_size)
+        rows = distributed.rows_of_rank(batch, self.rank, self.world_size, self.balance_batch)
         part = batch if self.world_size == 1 else batch.select(rows)
         local = batch.old_logprobs[rows]
         if part.size:

@@ -173,10 +173,12 @@ def test_only_keys_set_to_a_non_default_value_are_reported(minimal: dict[str, An
 
 def test_stage_overrides_are_reported_under_their_stage(minimal: dict[str, Any]) -> None:
     minimal["stages"] = [
-        {"stage_name": "a", "trainer": {"trainer_config": {"trainer": {"balance_batch": False}}}}
+        {"stage_name": "a", "trainer": {"trainer_config": {"trainer": {"default_hdfs_dir": "x"}}}}
     ]
     found = set_without_effect(config_from_dict(minimal))
-    assert [key for key, _ in found] == ["stages[0].trainer.trainer_config.trainer.balance_batch"]
+    assert [key for key, _ in found] == [
+        "stages[0].trainer.trainer_config.trainer.default_hdfs_dir"
+    ]
 
 
 def test_a_default_config_reports_nothing(minimal: dict[str, Any]) -> None:

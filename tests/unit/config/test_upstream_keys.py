@@ -64,18 +64,24 @@ def test_data_selector_sets_the_order_the_reader_reads(tmp_path: Path) -> None:
     assert [t.index for t in reader.read_batch()] == order(7) != order(42)
 
 
-def test_difficulty_based_draws_as_random_and_reports_its_unused_keys(tmp_path: Path) -> None:
+def test_difficulty_based_reaches_the_explorers_reader_with_its_keys(tmp_path: Path) -> None:
+    from trinity.explorer.explorer import make_taskset_reader
+
+    rows = tmp_path / "tasks.jsonl"
+    rows.write_text("".join(json.dumps({"prompt": "q", "pass_rate": p}) + "\n" for p in (0, 1)))
     selector = {
         "selector_type": "difficulty_based",
         "feature_keys": ["pass_rate"],
-        "kwargs": {"target_reward": 0.5},
+        "kwargs": {"target_reward": 0.5, "tau": 0},
     }
     cfg = _config(tmp_path, buffer=_taskset(tmp_path, selector))
+    assert set_without_effect(cfg) == []
     resolved = _resolved(tmp_path, buffer=_taskset(tmp_path, selector))
-    assert resolved.buffer.explorer_input.taskset.task_selector == "random"
-    reported = [key for key, _ in set_without_effect(cfg)]
-    assert "buffer.explorer_input.taskset.data_selector.feature_keys" in reported
-    assert "buffer.explorer_input.taskset.data_selector.kwargs" in reported
+    storage = resolved.buffer.explorer_input.taskset
+    storage.path = str(rows)
+    reader = make_taskset_reader(resolved, storage, batch_size=2, is_eval=False)
+    assert reader.selector == "difficulty_based"
+    assert reader.difficulty.settings.tau == 0
 
 
 @pytest.mark.parametrize(

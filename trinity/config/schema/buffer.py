@@ -78,17 +78,21 @@ class DataSelectorConfig:
 
     selector_type: Literal["sequential", "shuffle", "random", "difficulty_based"] | None = setting(
         None,
-        "the same as task_selector, which it overrides when set; difficulty_based reads "
-        "as random here (uniform draws with replacement, no pass-rate model)",
+        "the same as task_selector, which it overrides when set; difficulty_based (training "
+        "tasksets): tasks whose estimated pass rate is near kwargs.target_reward are drawn "
+        "more often, the estimates learn from each step's rewards (other readers: random)",
     )
     seed: int | None = setting(None, "seed of shuffle / random / difficulty_based; unset: seed")
     feature_keys: list[str] = setting(
-        [], "difficulty_based: columns holding prior pass rates in [0, 1], averaged per task"
+        [],
+        "difficulty_based: one or two columns of prior pass rates in [0, 1] "
+        "(of a weaker and a stronger reference model)",
     )
     kwargs: dict[str, Any] = setting(
         {},
-        "difficulty_based: target_reward (0.5), tau (sampling temperature, 0: greedy), "
-        "do_sample (true), m (repeat_times: rollouts per pass-rate update)",
+        "difficulty_based: target_reward (1.0), tau (sampling temperature 1.0; 0: the best "
+        "tasks), do_sample (false: score the mean estimate), m (16: rollouts an observation "
+        "counts as), lamb (0.2: forgetting), rho (0.2: weight of the prior), adaptive_rho",
     )
 
 
