@@ -1,4 +1,5 @@
-"""CPU rollout engine on transformers: batched sampling with a KV cache.
+"""CPU rollout engine on transformers: loading the model, batching requests, swapping
+weights.
 
 One background worker thread owns the model. ``generate`` calls from any number of
 threads (or ``agenerate`` from event loops) are merged by a
@@ -8,13 +9,8 @@ batch, so concurrent workflow runners share forward passes. Weight updates
 (``load_state_dict``) take the same lock as a batch, so they land between batches,
 never in the middle of a decode.
 
-Decoding: prompts are left-padded (attention mask + explicit position ids), each
-distinct prompt is prefilled once and its KV cache repeated for its ``n`` samples, and
-finished sequences are dropped from the batch and the cache so they cost nothing.
-Llama-family models decode with :class:`~trinity.models.fast_decode.LlamaDecoder`
-(fused, packed weights and a preallocated KV cache); other models step transformers'
-forward with a ``DynamicCache``. Scoring uses transformers' forward.
-Logprobs follow the convention in :mod:`trinity.models.sampling`.
+The decode loop is in :mod:`trinity.models.decoding`, scoring (``compute_logprobs``) in
+:mod:`trinity.models.scoring`, chat rendering in :mod:`trinity.models.chat`.
 
     engine = TransformersEngine("SmolLM2-135M-Instruct")
     prompt = engine.apply_chat_template([{"role": "user", "content": "2+3?"}])
@@ -30,49 +26,28 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+from transformers import AutoModelForCausalLM
 
 from trinity.models.batcher import RequestBatcher
+from trinity.models.chat import chat_template_args, load_tokenizer, render_chat
 from trinity.models.cpu_linear import pack_linears, packing_supported, repack
-from trinity.models.fast_decode import DecodeBatch, LlamaDecoder
+from trinity.models.decoding import DecodeEntry, DecodeModel, decode_entries
+from trinity.models.fast_decode import LlamaDecoder
 from trinity.models.overrides import model_config
 from trinity.models.resolve import resolve_model_path
-from trinity.models.sampling import FinishReason, Sample, SamplingParams, sample_tokens
+from trinity.models.sampling import Sample, SamplingParams
+from trinity.models.scoring import score_responses, top_logprobs
+
+# importable from here as before
+__all__ = [
+    "PromptTooLongError",
+    "TransformersEngine",
+    "chat_template_args",
+    "load_tokenizer",
+    "render_chat",
+]
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
-# logits kept at once by compute_logprobs: tokens x vocab floats, about 256 MB in float32
-_LOGPROB_BUDGET = 64 * 1024 * 1024
-
-
-def render_chat(
-    tokenizer: Any,
-    messages: list[dict[str, Any]],
-    add_generation_prompt: bool = True,
-    **template_args: Any,
-) -> list[int]:
-    """Token ids of ``messages`` rendered with ``tokenizer``'s chat template.
-
-    ``template_args`` (e.g. ``enable_thinking``) are variables of the template; a
-    template that does not use one ignores it.
-    """
-    text = tokenizer.apply_chat_template(
-        messages, tokenize=False, add_generation_prompt=add_generation_prompt, **template_args
-    )
-    # the template already writes the special tokens it wants
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
-
-
-def load_tokenizer(path: Any, chat_template: str | None = None) -> Any:
-    """The tokenizer in ``path``, with ``chat_template`` (when given) replacing its own."""
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    if chat_template:
-        tokenizer.chat_template = chat_template
-    return tokenizer
-
-
-def chat_template_args(enable_thinking: bool | None) -> dict[str, Any]:
-    """Variables every chat rendering passes to the template."""
-    return {} if enable_thinking is None else {"enable_thinking": enable_thinking}
 
 
 class PromptTooLongError(ValueError):
@@ -83,16 +58,6 @@ class PromptTooLongError(ValueError):
 class _Request:
     prompts: list[list[int]]
     params: SamplingParams
-
-
-@dataclass
-class _Entry:
-    """One prompt of one request inside a decode batch."""
-
-    prompt: list[int]
-    params: SamplingParams
-    generator: torch.Generator
-    request: int  # index of the request in the merged batch
 
 
 class TransformersEngine:
@@ -253,16 +218,9 @@ class TransformersEngine:
             if not 1 <= plen <= len(seq):
                 raise ValueError(f"prompt length {plen} is outside [1, {len(seq)}]")
         scale = temperature if temperature > 0 else 1.0
-        results: list[list[float]] = [[] for _ in token_ids]
-        order = sorted(range(len(token_ids)), key=lambda i: len(token_ids[i]))
-
-        def score() -> None:
-            with torch.inference_mode():
-                for chunk in self._logprob_chunks(order, token_ids):
-                    self._score_chunk(chunk, token_ids, prompt_lengths, scale, results)
-
-        self._batcher.call(score)
-        return results
+        return self._batcher.call(
+            lambda: score_responses(self.model, token_ids, prompt_lengths, scale, self.pad_token_id)
+        )
 
     def compute_top_logprobs(
         self, token_ids: list[int], prompt_length: int, k: int, temperature: float = 1.0
@@ -275,19 +233,9 @@ class TransformersEngine:
         if not 1 <= prompt_length <= len(token_ids):
             raise ValueError(f"prompt length {prompt_length} is outside [1, {len(token_ids)}]")
         scale = temperature if temperature > 0 else 1.0
-
-        def top() -> tuple[torch.Tensor, torch.Tensor]:
-            with torch.inference_mode():
-                logits = self.model(
-                    input_ids=torch.tensor([token_ids]),
-                    logits_to_keep=len(token_ids) - prompt_length + 1,
-                ).logits[0, :-1]
-                return (logits.float() / scale).log_softmax(-1).topk(k, dim=-1)
-
-        values, ids = self._batcher.call(top)
-        return [
-            list(zip(i, v, strict=True)) for i, v in zip(ids.tolist(), values.tolist(), strict=True)
-        ]
+        return self._batcher.call(
+            lambda: top_logprobs(self.model, token_ids, prompt_length, k, scale)
+        )
 
     def load_state_dict(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         """Swap in new weights between decode batches and set ``model_version``.
@@ -344,20 +292,20 @@ class TransformersEngine:
             return self._generate_batch(requests)
 
     def _generate_batch(self, requests: list[_Request]) -> list[list[list[Sample]]]:
-        entries: list[_Entry] = []
+        entries: list[DecodeEntry] = []
         for index, request in enumerate(requests):
             seed = request.params.seed
             generator = self._generator if seed is None else torch.Generator().manual_seed(seed)
-            entries += [_Entry(p, request.params, generator, index) for p in request.prompts]
+            entries += [DecodeEntry(p, request.params, generator, index) for p in request.prompts]
         results: list[list[list[Sample]]] = [[] for _ in requests]
         for chunk in self._row_chunks(entries):
             for entry, samples in zip(chunk, self._decode(chunk), strict=True):
                 results[entry.request].append(samples)
         return results
 
-    def _row_chunks(self, entries: list[_Entry]) -> list[list[_Entry]]:
+    def _row_chunks(self, entries: list[DecodeEntry]) -> list[list[DecodeEntry]]:
         """Split entries into decode batches of at most max_batch_size sequences."""
-        chunks: list[list[_Entry]] = [[]]
+        chunks: list[list[DecodeEntry]] = [[]]
         rows = 0
         for entry in entries:
             if chunks[-1] and rows + entry.params.n > self.max_batch_size:
@@ -367,173 +315,13 @@ class TransformersEngine:
             rows += entry.params.n
         return chunks
 
-    # ---- decoding -------------------------------------------------------------------
-
-    def _left_padded(self, entries: list[_Entry]) -> tuple[torch.Tensor, torch.Tensor]:
-        """The prompts as (E, P) ids, left-padded, and their (E, P) int64 attention mask."""
-        lengths = [len(e.prompt) for e in entries]
-        width = max(lengths)
-        input_ids = torch.full((len(entries), width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(entries), width), dtype=torch.long)
-        for i, entry in enumerate(entries):
-            input_ids[i, width - lengths[i] :] = torch.tensor(entry.prompt)
-            mask[i, width - lengths[i] :] = 1
-        return input_ids, mask
-
-    def _prefill(
-        self, input_ids: torch.Tensor, mask: torch.Tensor
-    ) -> tuple[DynamicCache, torch.Tensor]:
-        """Run the left-padded prompts once through transformers' forward.
-
-        Returns:
-            the KV cache and the next-token logits (E, V) float32.
-        """
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache(config=self.model.config)
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=mask,
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        return cache, out.logits[:, -1].float()
-
-    def _decode(self, entries: list[_Entry]) -> list[list[Sample]]:
+    def _decode(self, entries: list[DecodeEntry]) -> list[list[Sample]]:
         """Decode one batch; returns ``n`` samples per entry."""
         self.num_batches += 1
-        lengths = [len(e.prompt) for e in entries]
-        input_ids, mask = self._left_padded(entries)
-
-        # one row per sample: the prefill of each prompt is shared by its n samples
-        owner = [i for i, e in enumerate(entries) for _ in range(e.params.n)]
-        index = torch.tensor(owner)
-        params = [entries[i].params for i in owner]
-        generators = [entries[i].generator for i in owner]
-        stops = [self._stop_ids(p) for p in params]
-        budget = [
-            min(p.max_tokens or self.max_model_len, self.max_model_len - lengths[i])
-            for p, i in zip(params, owner, strict=True)
-        ]
-        temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32)
-        top_k = torch.tensor([p.top_k for p in params], dtype=torch.long)
-        top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32)
-        batch: DecodeBatch | _TransformersBatch
-        if self._fast is not None:
-            batch, logits = self._fast.start(input_ids, mask, index, max(budget))
-        else:
-            cache, logits = self._prefill(input_ids, mask)
-            batch = _TransformersBatch(self.model, cache, mask, index, len(owner) > len(entries))
-        if len(owner) > len(entries):
-            logits = logits[index]
-
-        tokens_out: list[list[int]] = [[] for _ in owner]
-        logprobs_out: list[list[float]] = [[] for _ in owner]
-        finish: list[FinishReason] = ["length"] * len(owner)
-        alive = list(range(len(owner)))  # row ids still decoding, in batch order
-        while True:
-            banned = self._banned(alive, params, stops, tokens_out, logits.size(-1))
-            tokens, logprobs = sample_tokens(
-                logits,
-                temperature,
-                top_k,
-                top_p,
-                _groups(alive, generators),
-                banned,
-                kernels=None if self._fast is None else self._fast.sampler,
-            )
-            keep = []
-            for j, (row, token, logprob) in enumerate(
-                zip(alive, tokens.tolist(), logprobs.tolist(), strict=True)
-            ):
-                tokens_out[row].append(token)
-                logprobs_out[row].append(logprob)
-                if token in stops[row]:
-                    finish[row] = "stop"
-                elif len(tokens_out[row]) < budget[row]:
-                    keep.append(j)
-            if not keep:
-                break
-            if len(keep) < len(alive):
-                # drop finished rows so they stop costing compute
-                kept = torch.tensor(keep)
-                batch.keep(kept)
-                tokens = tokens[kept]
-                temperature, top_k, top_p = temperature[kept], top_k[kept], top_p[kept]
-                alive = [alive[j] for j in keep]
-            logits = batch.step(tokens)
-
-        samples = [
-            Sample(tokens_out[r], logprobs_out[r], finish[r], self.model_version)
-            for r in range(len(owner))
-        ]
-        grouped: list[list[Sample]] = [[] for _ in entries]
-        for row, entry_index in enumerate(owner):
-            grouped[entry_index].append(samples[row])
-        return grouped
-
-    def _banned(
-        self,
-        alive: list[int],
-        params: list[SamplingParams],
-        stops: list[set[int]],
-        tokens_out: list[list[int]],
-        vocab: int,
-    ) -> torch.Tensor | None:
-        """(B, V) mask of stop tokens for rows still short of their min_tokens."""
-        banned = None
-        for j, row in enumerate(alive):
-            if len(tokens_out[row]) < params[row].min_tokens and stops[row]:
-                if banned is None:
-                    banned = torch.zeros((len(alive), vocab), dtype=torch.bool)
-                banned[j, list(stops[row])] = True
-        return banned
-
-    def _stop_ids(self, params: SamplingParams) -> set[int]:
-        stops = set(params.stop_token_ids)
-        if not params.ignore_eos:
-            stops |= self.eos_token_ids
-        return stops
-
-    # ---- scoring --------------------------------------------------------------------
-
-    def _logprob_chunks(self, order: list[int], token_ids: list[list[int]]) -> list[list[int]]:
-        """Group sequences (shortest first) so each chunk's logits fit the budget."""
-        chunks: list[list[int]] = []
-        for i in order:
-            width = len(token_ids[i])
-            if chunks and (len(chunks[-1]) + 1) * width * self.vocab_size <= _LOGPROB_BUDGET:
-                chunks[-1].append(i)
-            else:
-                chunks.append([i])
-        return chunks
-
-    def _score_chunk(
-        self,
-        chunk: list[int],
-        token_ids: list[list[int]],
-        prompt_lengths: list[int],
-        scale: float,
-        results: list[list[float]],
-    ) -> None:
-        width = max(len(token_ids[i]) for i in chunk)
-        first = min(prompt_lengths[i] for i in chunk) - 1  # earliest position whose logits count
-        input_ids = torch.full((len(chunk), width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(chunk), width), dtype=torch.long)
-        for row, i in enumerate(chunk):
-            input_ids[row, : len(token_ids[i])] = torch.tensor(token_ids[i])
-            mask[row, : len(token_ids[i])] = 1
-        # right padding: real tokens never attend to the padding that follows them
-        logits = self.model(
-            input_ids=input_ids, attention_mask=mask, logits_to_keep=width - first
-        ).logits
-        for row, i in enumerate(chunk):
-            start, end = prompt_lengths[i] - 1, len(token_ids[i]) - 1
-            row_logits = logits[row, start - first : end - first].float() / scale
-            targets = input_ids[row, start + 1 : end + 1]
-            logprobs = row_logits.log_softmax(-1).gather(1, targets[:, None]).squeeze(-1)
-            results[i] = logprobs.tolist()
+        target = DecodeModel(
+            self.model, self._fast, self.max_model_len, self.pad_token_id, self.eos_token_ids
+        )
+        return decode_entries(target, entries, self.model_version)
 
     # ---- helpers --------------------------------------------------------------------
 
@@ -578,45 +366,3 @@ class TransformersEngine:
             if names & state_dict.keys():
                 aliases |= names
         return aliases
-
-
-class _TransformersBatch:
-    """Decode rows stepped through transformers' forward with a ``DynamicCache``
-    (the same interface as :class:`~trinity.models.fast_decode.DecodeBatch`)."""
-
-    def __init__(
-        self, model: Any, cache: DynamicCache, mask: torch.Tensor, rows: torch.Tensor, repeat: bool
-    ) -> None:
-        self.model, self.cache = model, cache
-        if repeat:
-            cache.batch_select_indices(rows)
-        self.mask = mask[rows]  # (B, columns so far)
-        self.positions = self.mask.sum(-1)  # (B,) position of each row's next token
-
-    def keep(self, kept: torch.Tensor) -> None:
-        self.cache.batch_select_indices(kept)
-        self.mask, self.positions = self.mask[kept], self.positions[kept]
-
-    def step(self, tokens: torch.Tensor) -> torch.Tensor:
-        """(B,) ids -> (B, V) float32 next-token logits."""
-        self.mask = torch.cat([self.mask, self.mask.new_ones((len(tokens), 1))], dim=1)
-        out = self.model(
-            input_ids=tokens[:, None],
-            attention_mask=self.mask,
-            position_ids=self.positions[:, None],
-            past_key_values=self.cache,
-            use_cache=True,
-        )
-        self.positions = self.positions + 1
-        return out.logits[:, -1].float()
-
-
-def _groups(
-    alive: list[int], generators: list[torch.Generator]
-) -> list[tuple[torch.Tensor, torch.Generator]]:
-    """Batch positions that share a generator, so each request samples from its own."""
-    by_generator: dict[int, tuple[list[int], torch.Generator]] = {}
-    for j, row in enumerate(alive):
-        generator = generators[row]
-        by_generator.setdefault(id(generator), ([], generator))[0].append(j)
-    return [(torch.tensor(rows), generator) for rows, generator in by_generator.values()]

@@ -20,7 +20,7 @@ import asyncio
 import os
 from typing import Any
 
-from trinity.models.engine import chat_template_args, load_tokenizer, render_chat
+from trinity.models.chat import chat_template_args, load_tokenizer, render_chat
 from trinity.models.sampling import Sample, SamplingParams
 
 

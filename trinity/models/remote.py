@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from trinity.models.engine import chat_template_args, load_tokenizer, render_chat
+from trinity.models.chat import chat_template_args, load_tokenizer, render_chat
 from trinity.models.sampling import Sample, SamplingParams
 
 

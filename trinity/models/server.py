@@ -40,188 +40,30 @@ nowhere else: the explorer gives every runner its own wrapper, and a workflow's 
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import logging
 import secrets
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
+
+from trinity.models.openai_completions import chat_completion, model_list, text_completion
+from trinity.models.openai_requests import APIError, ChatCompletionRequest, CompletionRequest
 
 if TYPE_CHECKING:
     from trinity.models.wrapper import ModelWrapper
     from trinity.types import Experience
 
+__all__ = ["APIError", "OpenAIServer", "create_app"]
+
 logger = logging.getLogger(__name__)
-
-MAX_TOP_LOGPROBS = 20
-# the engine keeps seeds and top_k in int64 tensors and generators; larger integers
-# would fail the whole decode batch, other clients' requests included
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-# below the engine's vocabulary too (checked per model); tokenizers decode u32 ids
-TokenId = Annotated[int, Field(ge=0, lt=2**32)]
-
-
-class APIError(Exception):
-    """A request the server refuses, reported in OpenAI's error shape."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        type: str = "invalid_request_error",
-        param: str | None = None,
-        code: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.type = type
-        self.param = param
-        self.code = code
-
-    def response(self) -> JSONResponse:
-        error = {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
-        return JSONResponse({"error": error}, status_code=self.status)
-
-
-# ---- request bodies ---------------------------------------------------------------------
-
-
-class _StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    include_usage: bool = False
-
-
-class _Sampling(BaseModel):
-    """Fields shared by both endpoints; unknown OpenAI fields are ignored."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    model: str
-    n: int = Field(1, ge=1, le=128)
-    temperature: float = Field(1.0, ge=0, le=2)
-    top_p: float = Field(1.0, gt=0, le=1)
-    max_tokens: int | None = Field(None, ge=1)
-    stop: str | list[str] | None = None
-    seed: int | None = Field(None, ge=INT64_MIN, le=INT64_MAX)
-    stream: bool = False
-    stream_options: _StreamOptions | None = None
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
-    # extensions (vLLM's names)
-    top_k: int = Field(-1, ge=INT64_MIN, le=INT64_MAX)
-    min_tokens: int = Field(0, ge=0)
-    stop_token_ids: list[TokenId] | None = None
-    ignore_eos: bool = False
-
-    @property
-    def include_usage(self) -> bool:
-        return bool(self.stream_options and self.stream_options.include_usage)
-
-    def rollout_args(self) -> dict[str, Any]:
-        for name in ("frequency_penalty", "presence_penalty"):
-            if getattr(self, name):
-                raise APIError(400, f"{name} is not supported; leave it at 0", param=name)
-        return {
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "top_k": self.top_k,
-            "max_tokens": self.max_tokens,
-            "min_tokens": self.min_tokens,
-            "stop": self.stop or None,
-            "stop_token_ids": self.stop_token_ids or [],
-            "ignore_eos": self.ignore_eos,
-            "seed": self.seed,
-        }
-
-
-class _TextPart(BaseModel):
-    type: Literal["text"]
-    text: str
-
-
-class _Message(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[_TextPart] | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        content = self.content
-        if isinstance(content, list):
-            content = "".join(part.text for part in content)
-        extra = {k: v for k, v in (self.model_extra or {}).items() if v not in (None, [], {})}
-        return {"role": self.role, "content": content or "", **extra}
-
-
-class _Function(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    name: str = Field(min_length=1)
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-
-
-class _Tool(BaseModel):
-    type: Literal["function"]
-    function: _Function
-
-
-class _FunctionName(BaseModel):
-    name: str
-
-
-class _NamedToolChoice(BaseModel):
-    type: Literal["function"]
-    function: _FunctionName
-
-
-class ChatCompletionRequest(_Sampling):
-    messages: list[_Message] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-    logprobs: bool = False
-    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
-    tools: list[_Tool] | None = None
-    tool_choice: Literal["none", "auto", "required"] | _NamedToolChoice | None = None
-    parallel_tool_calls: bool | None = None  # accepted; every call in a reply is returned
-
-    def tool_specs(self) -> list[dict[str, Any]]:
-        """The tools to offer the model under ``tool_choice`` (see openai_tools)."""
-        tools = [t.model_dump(exclude_none=True) for t in self.tools or []]
-        choice = self.tool_choice
-        if choice == "none":
-            return []
-        if isinstance(choice, _NamedToolChoice):
-            named = [t for t in tools if t["function"]["name"] == choice.function.name]
-            if not named:
-                raise APIError(
-                    400,
-                    f"tool_choice names the function '{choice.function.name}', which is not "
-                    f"in tools {[t['function']['name'] for t in tools]}",
-                    param="tool_choice",
-                )
-            return named
-        if choice == "required" and not tools:
-            raise APIError(400, "tool_choice 'required' needs tools", param="tool_choice")
-        return tools
-
-
-class CompletionRequest(_Sampling):
-    prompt: str | list[str] | list[TokenId] | list[list[TokenId]]
-    logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
-    echo: bool = False
 
 
 # ---- app --------------------------------------------------------------------------------
@@ -306,252 +148,31 @@ def create_app(
 
     @app.get("/v1/models")
     async def list_models() -> dict[str, Any]:
-        return _list_models(models)
+        return model_list(models)
 
     @app.get("/scoped/{key}/v1/models")
     async def scoped_list_models(key: str) -> dict[str, Any]:
-        return _list_models(scoped(key))
+        return model_list(scoped(key))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest) -> Any:
-        return await _chat(body, pick(body.model, models), on_reply)
+        return await chat_completion(body, pick(body.model, models), on_reply)
 
     @app.post("/scoped/{key}/v1/chat/completions")
     async def scoped_chat_completions(key: str, body: ChatCompletionRequest) -> Any:
-        return await _chat(body, pick(body.model, scoped(key)))
+        return await chat_completion(body, pick(body.model, scoped(key)))
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest) -> Any:
-        return await _complete(body, pick(body.model, models), on_reply)
+        return await text_completion(body, pick(body.model, models), on_reply)
 
     @app.post("/scoped/{key}/v1/completions")
     async def scoped_completions(key: str, body: CompletionRequest) -> Any:
-        return await _complete(body, pick(body.model, scoped(key)))
+        return await text_completion(body, pick(body.model, scoped(key)))
 
     if extend is not None:
         extend(app)
     return app
-
-
-def _list_models(models: dict[str, ModelWrapper]) -> dict[str, Any]:
-    data = [
-        {
-            "id": name,
-            "object": "model",
-            "created": 0,
-            "owned_by": "trinity",
-            "max_model_len": wrapper.engine.max_model_len,
-        }
-        for name, wrapper in models.items()
-    ]
-    return {"object": "list", "data": data}
-
-
-async def _chat(
-    body: ChatCompletionRequest,
-    wrapper: ModelWrapper,
-    on_reply: Callable[[str, list[Experience]], None] | None = None,
-) -> Any:
-    args = body.rollout_args()
-    _check_token_ids(args["stop_token_ids"], wrapper, "stop_token_ids")
-    args["max_tokens"] = body.max_completion_tokens or body.max_tokens
-    messages = [m.as_dict() for m in body.messages]
-    tools = body.tool_specs()
-    template_tools = None
-    if tools:
-        from trinity.models.openai_tools import tool_prompt
-
-        messages, template_tools = tool_prompt(
-            wrapper.tokenizer, messages, tools, wrapper.template_args
-        )
-    experiences = await _call(
-        wrapper.achat(messages, body.n, response_limits=False, tools=template_tools, **args)
-    )
-    top = body.top_logprobs or 0
-    choices, parts = [], []
-    for i, exp in enumerate(experiences):
-        logprobs = None
-        if body.logprobs:
-            logprobs = await asyncio.to_thread(
-                _token_logprobs, wrapper, exp, top, args["temperature"]
-            )
-        message: dict[str, Any] = {"role": "assistant", "content": exp.response_text}
-        finish_reason = exp.info["finish_reason"]
-        calls = None
-        if tools:
-            from trinity.models.openai_tools import split_tool_calls
-
-            allowed = {t["function"]["name"] for t in tools}
-            content, found = split_tool_calls(exp.response_text, allowed)
-            if found:
-                message, calls = {**message, "content": content, "tool_calls": found}, found
-                finish_reason = "tool_calls"
-        choices.append(
-            {
-                "index": i,
-                "message": message,
-                "finish_reason": finish_reason,
-                "logprobs": None if logprobs is None else {"content": logprobs},
-                "token_ids": exp.response_tokens.tolist(),
-            }
-        )
-        parts.append({"logprobs": logprobs, "tool_calls": calls, "exp": exp})
-    envelope = _envelope("chat.completion", body.model, body.n, experiences, choices)
-    if on_reply is not None:
-        on_reply(envelope["id"], experiences)
-    if not body.stream:
-        return envelope
-    from trinity.models.openai_stream import chat_chunks, sse_response, token_pieces
-
-    for part in parts:
-        exp = part.pop("exp")
-        part["pieces"] = token_pieces(
-            wrapper.tokenizer, exp.response_tokens.tolist(), exp.response_text
-        )
-    return sse_response(chat_chunks(envelope, parts, body.include_usage))
-
-
-async def _complete(
-    body: CompletionRequest,
-    wrapper: ModelWrapper,
-    on_reply: Callable[[str, list[Experience]], None] | None = None,
-) -> Any:
-    if body.echo:
-        raise APIError(400, "echo=true is not supported", param="echo")
-    prompts = _prompt_list(body.prompt)
-    for prompt in prompts:
-        if not isinstance(prompt, str):
-            _check_token_ids(prompt, wrapper, "prompt")
-    args = body.rollout_args()
-    _check_token_ids(args["stop_token_ids"], wrapper, "stop_token_ids")
-    experiences = await _call(wrapper.agenerate(prompts, body.n, response_limits=False, **args))
-    choices = []
-    for i, exp in enumerate(experiences):
-        logprobs = None
-        if body.logprobs is not None:
-            entries = await asyncio.to_thread(
-                _token_logprobs, wrapper, exp, body.logprobs, args["temperature"]
-            )
-            offsets, offset = [], 0
-            for entry in entries:
-                offsets.append(offset)
-                offset += len(entry["token"])
-            logprobs = {
-                "tokens": [e["token"] for e in entries],
-                "token_logprobs": [e["logprob"] for e in entries],
-                "top_logprobs": [
-                    {t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries
-                ],
-                "text_offset": offsets,
-            }
-        choices.append(
-            {
-                "index": i,
-                "text": exp.response_text,
-                "finish_reason": exp.info["finish_reason"],
-                "logprobs": logprobs,
-                "token_ids": exp.response_tokens.tolist(),
-                "prompt_token_ids": exp.tokens[: exp.prompt_length].tolist(),
-            }
-        )
-    envelope = _envelope("text_completion", body.model, body.n, experiences, choices)
-    if on_reply is not None:
-        on_reply(envelope["id"], experiences)
-    if not body.stream:
-        return envelope
-    from trinity.models.openai_stream import completion_chunks, sse_response, token_pieces
-
-    pieces = [
-        token_pieces(wrapper.tokenizer, exp.response_tokens.tolist(), exp.response_text)
-        for exp in experiences
-    ]
-    return sse_response(completion_chunks(envelope, pieces, body.include_usage))
-
-
-async def _call(coro: Any) -> list[Experience]:
-    """Await a wrapper call; the engine's and sampler's input errors become 400s."""
-    from trinity.models.engine import PromptTooLongError
-
-    try:
-        return await coro
-    except PromptTooLongError as err:
-        raise APIError(400, str(err), param="messages", code="context_length_exceeded") from None
-    except ValueError as err:
-        raise APIError(400, str(err)) from None
-
-
-def _prompt_list(prompt: str | list[str] | list[int] | list[list[int]]) -> list[Any]:
-    if isinstance(prompt, str):
-        return [prompt]
-    if not prompt:
-        raise APIError(400, "prompt must not be empty", param="prompt")
-    if all(isinstance(p, int) for p in prompt):
-        return [list(prompt)]
-    return list(prompt)
-
-
-def _check_token_ids(ids: list[int], wrapper: ModelWrapper, param: str) -> None:
-    """Token ids must lie in the model's vocabulary: the engine would index with them."""
-    vocab = getattr(wrapper.engine, "vocab_size", None)  # a remote engine's server checks
-    outside = [t for t in ids if vocab is not None and t >= vocab]
-    if outside:
-        raise APIError(
-            400, f"token id {outside[0]} is outside the vocabulary [0, {vocab})", param=param
-        )
-
-
-def _token_logprobs(
-    wrapper: ModelWrapper, exp: Experience, top: int, temperature: float
-) -> list[dict[str, Any]]:
-    """One OpenAI logprob entry per generated token, with ``top`` alternatives each."""
-    decode = wrapper.tokenizer.decode
-    response = exp.response_tokens.tolist()
-    alternatives: list[list[tuple[int, float]]] = [[] for _ in response]
-    if top > 0:
-        alternatives = wrapper.top_logprobs(
-            exp.tokens.tolist(), exp.prompt_length, top, temperature
-        )
-    entries = []
-    for token, logprob, alts in zip(response, exp.logprobs.tolist(), alternatives, strict=True):
-        text = decode([token])
-        entries.append(
-            {
-                "token": text,
-                "logprob": logprob,
-                "bytes": list(text.encode("utf-8")),
-                "top_logprobs": [
-                    {
-                        "token": decode([t]),
-                        "logprob": lp,
-                        "bytes": list(decode([t]).encode("utf-8")),
-                    }
-                    for t, lp in alts
-                ],
-            }
-        )
-    return entries
-
-
-def _envelope(
-    kind: str, model: str, n: int, experiences: list[Experience], choices: list[dict[str, Any]]
-) -> dict[str, Any]:
-    # n samples per prompt, prompts in order: count each prompt once
-    prompt_tokens = sum(e.prompt_length for e in experiences[::n])
-    completion_tokens = sum(e.response_length for e in experiences)
-    return {
-        "id": f"{'chatcmpl' if kind == 'chat.completion' else 'cmpl'}-{uuid.uuid4().hex}",
-        "object": kind,
-        "created": int(time.time()),
-        "model": model,
-        "choices": choices,
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
-        "prompt_token_ids": experiences[0].tokens[: experiences[0].prompt_length].tolist(),
-        "model_version": experiences[0].model_version,
-    }
 
 
 # ---- running it -------------------------------------------------------------------------

@@ -397,7 +397,7 @@ class ModelWrapper:
         tools: list[dict[str, Any]] | None = None,
     ) -> _Prepared:
         if tools:
-            from trinity.models.engine import render_chat
+            from trinity.models.chat import render_chat
 
             ids = render_chat(self.tokenizer, messages, True, **self.template_args, tools=tools)
         else:
