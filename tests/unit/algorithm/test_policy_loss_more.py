@@ -350,24 +350,25 @@ def test_rec_rejects_unknown_modes_naming_the_valid_ones():
 
 
 def test_sapo_soft_gate_by_hand():
-    # f = sigmoid(tau (rho - 1)) * 4 / tau, l = -A * f
-    # t0: rho 1, A 1, tau 1:        f = 0.5 * 4 = 2;                       l = -2
-    # t1: rho 2, A -1, tau 1.05:    f = sigmoid(1.05) * 4 / 1.05 = 2.822000; l = 2.822000
-    # t2: rho 0.5, A 2, tau 1:      f = sigmoid(-0.5) * 4 = 1.510163;       l = -3.020325
-    # token-mean: -2.198325 / 3 = -0.732775
+    # f = sigmoid(tau (rho - 1)) * 4 / tau, a stop-gradient gate; l = -A * f * logprob
+    # t0: rho 1, A 1, tau 1, lp -1:        f = 0.5 * 4 = 2;             l = 2
+    # t1: rho 2, A -1, tau 1.05, lp -2:    f = sigmoid(1.05) * 4 / 1.05 = 2.822000;
+    #                                      l = 2.822000 * -2 = -5.644000
+    # t2: rho 0.5, A 2, tau 1, lp -0.5:    f = sigmoid(-0.5) * 4 = 1.510163;
+    #                                      l = -2 * 1.510163 * -0.5 = 1.510163
+    # token-mean: (2 - 5.644000 + 1.510163) / 3 = -2.133837 / 3 = -0.711279
     lp = [[-1.0, -2.0, -0.5, -3.0]]
     logprobs = leaf(lp)
     old = with_ratios(lp, [[1.0, 2.0, 0.5, 1.0]])
     adv = t([[1.0, -1.0, 2.0, 5.0]])
     mask = t([[1, 1, 1, 0]])
     loss, metrics = build(POLICY_LOSS_FN, "sapo")(logprobs, mask, old_logprobs=old, advantages=adv)
-    close(loss, -0.732775)
+    close(loss, -0.711279)
     close(metrics["sapo_gate"], (2.0 + 2.822000 + 1.510163) / 3)
     loss.backward()
-    # d l / d logprob = -A * 4 s (1 - s) * rho, s = sigmoid(tau (rho - 1)), / 3 tokens:
-    # t0: -1 * 1 * 1 = -1 (PPO's -A on-policy); t1: 1 * 4 * 0.740775 * 0.259225 * 2 = 1.536220
-    # t2: -2 * 4 * 0.377541 * 0.622459 * 0.5 = -0.940015
-    close(logprobs.grad, [[-1.0 / 3, 1.536220 / 3, -0.940015 / 3, 0.0]])
+    # d l / d logprob = -A * f (the gate is not differentiated), / 3 tokens:
+    # t0: -1 * 2 = -2 (twice PPO's -A on-policy); t1: 1 * 2.822000; t2: -2 * 1.510163
+    close(logprobs.grad, [[-2.0 / 3, 2.822000 / 3, -3.020325 / 3, 0.0]])
 
 
 def test_sapo_needs_tau_neg_at_least_tau_pos():

@@ -5,18 +5,14 @@ old_logprobs), with a temperature that depends on the sign of the advantage:
 
     tau_t = tau_pos if A_t > 0 else tau_neg
     f_t   = sigmoid(tau_t * (rho_t - 1)) * 4 / tau_t
-    l_t   = -A_t * f_t
+    l_t   = -A_t * sg(f_t) * logprobs_t
 
-reduced with ``loss_agg_mode``. The gradient is -A_t * w_t * grad log pi with
-w_t = 4 sigmoid(x)(1 - sigmoid(x)) * rho_t, x = tau_t (rho_t - 1): 1 on-policy (like PPO
-there), fading smoothly as the ratio drifts either way, faster for larger tau. The paper
-sets tau_neg > tau_pos (1.05 and 1.0) because negative updates spread probability over
-many unsampled tokens and destabilise training sooner.
-
-Trinity-RFT v0.6 instead weights grad log pi by the gate value f_t itself (a
-stop-gradient gate), whose weight is 2 / tau on-policy and does not fade for A_t > 0 as
-rho_t grows; this module follows the paper's objective. The log-ratio is clamped to
-[-20, 20] before exponentiating.
+reduced with ``loss_agg_mode``; sg is a stop-gradient. As in Trinity-RFT, the gate
+weights the REINFORCE gradient: grad l_t = -A_t * f_t * grad log pi, with weight
+f_t = 2 / tau_t on-policy (rho 1), rising towards 4 / tau_t as the ratio grows and
+falling towards 0 as it shrinks. The paper sets tau_neg > tau_pos (1.05 and 1.0)
+because negative updates spread probability over many unsampled tokens and destabilise
+training sooner. The log-ratio is clamped to [-20, 20] before exponentiating.
 """
 
 from __future__ import annotations
@@ -75,7 +71,8 @@ class SAPOPolicyLoss(PolicyLoss):
             torch.full_like(ratio, self.args.tau_neg),
         )
         gate = torch.sigmoid(tau * (ratio - 1.0)) * 4.0 / tau
-        loss = aggregate_loss(-advantages * gate, action_mask, self.args.loss_agg_mode, normalizer)
+        per_token = -advantages * gate.detach() * logprobs
+        loss = aggregate_loss(per_token, action_mask, self.args.loss_agg_mode, normalizer)
         with torch.no_grad():
             metrics = {
                 "pg_loss": loss.item(),
