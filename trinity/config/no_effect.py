@@ -26,7 +26,12 @@ _NO_GRAPHS = "vLLM-only: our engines capture no graphs"
 _NO_PREFIX_CACHE = "vLLM-only: no KV cache is kept across requests"
 _FSDP = "GPU-only FSDP option: several trainer ranks shard each decoder layer with FSDP2 defaults"
 _NO_SP = "not implemented: sequences are never split over ranks"
-_NO_CHUNKED_ENTROPY = "not implemented: entropy is computed in one pass"
+_CHUNKED_ENTROPY = (
+    "always on: the trainer computes entropy in chunks of token positions, never the whole "
+    "softmax at once"
+)
+_ENTROPY_RECOMPUTED = "always on: the entropy's backward recomputes each chunk's softmax"
+_NO_REF_ENTROPY = "the reference model computes log-probs only, no entropy"
 _NO_FUSED = "not implemented: our trainer has its own fused layers, always on"
 _PADDING = "not implemented: batches are padded, never packed without pads"
 _STRATEGY = "veRL compatibility only: the trainer's data parallelism is its own"
@@ -115,17 +120,17 @@ NO_EFFECT: dict[str, str] = {
     ),
     "trainer.trainer_config.actor_rollout_ref.actor.ulysses_sequence_parallel_size": _NO_SP,
     "trainer.trainer_config.actor_rollout_ref.actor.entropy_from_logits_with_chunking": (
-        _NO_CHUNKED_ENTROPY
+        _CHUNKED_ENTROPY
     ),
-    "trainer.trainer_config.actor_rollout_ref.actor.entropy_checkpointing": _NO_CHUNKED_ENTROPY,
+    "trainer.trainer_config.actor_rollout_ref.actor.entropy_checkpointing": _ENTROPY_RECOMPUTED,
     "trainer.trainer_config.actor_rollout_ref.actor.optim.total_training_steps": (
         "the policy's schedule spans the run's train steps"
     ),
     "trainer.trainer_config.actor_rollout_ref.ref.ulysses_sequence_parallel_size": _NO_SP,
     "trainer.trainer_config.actor_rollout_ref.ref.entropy_from_logits_with_chunking": (
-        _NO_CHUNKED_ENTROPY
+        _NO_REF_ENTROPY
     ),
-    "trainer.trainer_config.actor_rollout_ref.ref.entropy_checkpointing": _NO_CHUNKED_ENTROPY,
+    "trainer.trainer_config.actor_rollout_ref.ref.entropy_checkpointing": _NO_REF_ENTROPY,
     **{
         f"trainer.trainer_config.algorithm.rollout_correction.{key}": _NO_REJECTION
         for key in (
