@@ -45,7 +45,7 @@ def bench_steps(job_dir: Path, latest_only: bool) -> list[int]:
 
 def checkpoint_weights(job_dir: Path, step: int) -> dict[str, torch.Tensor]:
     """The full policy state dict of ``global_step_<step>`` (rank files merged)."""
-    from trinity.common.models.utils import load_fsdp_state_dict_from_verl_checkpoint
+    from trinity.trainer.checkpoint_merge import load_fsdp_state_dict_from_verl_checkpoint
 
     return load_fsdp_state_dict_from_verl_checkpoint(ckpt.step_dir(job_dir, step) / "actor")
 

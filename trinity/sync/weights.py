@@ -293,7 +293,7 @@ class WeightReceiver:
         elif weights is not None:  # also when a full slot sent the trainer to the store
             state = from_object_store(ray.get(weights[0]))
         else:  # checkpoint sync: the trainer wrote the weights to disk
-            from trinity.common.models.utils import load_fsdp_state_dict_from_verl_checkpoint
+            from trinity.trainer.checkpoint_merge import load_fsdp_state_dict_from_verl_checkpoint
 
             # a full checkpoint of the same step replaces the weights-only file with
             # one shard per trainer rank; this reads either

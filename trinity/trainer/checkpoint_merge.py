@@ -1,4 +1,6 @@
-"""Loading trainer checkpoints outside the framework.
+"""Merging the per-rank model files of a trainer checkpoint into one full state dict
+(for loading it outside the framework; the user docs name the import path
+``trinity.common.models.utils``).
 
 A checkpoint's ``global_step_N/actor`` directory holds one
 ``model_world_size_{W}_rank_{r}.pt`` file per trainer rank, each a dict mapping

@@ -53,8 +53,8 @@ def convert_actor(actor_dir: Path, base_model_dir: str | Path | None = None) -> 
     """Write ``actor_dir/huggingface``; returns "converted" or "skipped"."""
     from transformers import AutoConfig, AutoTokenizer
 
-    from trinity.common.models.utils import load_fsdp_state_dict_from_verl_checkpoint
     from trinity.trainer import lora
+    from trinity.trainer.checkpoint_merge import load_fsdp_state_dict_from_verl_checkpoint
 
     hf_dir = actor_dir / "huggingface"
     if (hf_dir / "model.safetensors").exists() or (
