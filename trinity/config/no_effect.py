@@ -16,8 +16,8 @@ import typing
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from trinity.config.convert import field_types, to_plain
 from trinity.config.schema import STAGE_SECTIONS, Config
+from trinity.config.typed_yaml import field_types, to_plain
 
 _GPU_ONLY_ENGINE = "vLLM-only: our engines reserve no GPU memory"
 _ONE_ENGINE = "one engine here: the transformers engine serves every engine_type"

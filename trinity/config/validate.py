@@ -18,7 +18,6 @@ from trinity.config.algorithm_defaults import (
     PART_NAMES,
     defaults_for,
 )
-from trinity.config.convert import build, to_plain
 from trinity.config.errors import ConfigError, closest
 from trinity.config.resolve import check_trainer_config_source
 from trinity.config.schema import (
@@ -29,6 +28,7 @@ from trinity.config.schema import (
     StorageConfig,
 )
 from trinity.config.trainer_ranks import check_trainer_ranks
+from trinity.config.typed_yaml import build, to_plain
 
 
 def validate(cfg: Config) -> None:

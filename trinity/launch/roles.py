@@ -102,7 +102,9 @@ class ExplorerRole:
         save_path = (
             pipe.input_save_path or self.job_dir / "buffer" / "experience_pipeline_input.jsonl"
         )
-        self.pipeline = ExperiencePipeline(pipe.operators, save_path if pipe.save_input else None)
+        self.pipeline = ExperiencePipeline(
+            pipe.operators, save_path if pipe.save_input else None, config.service.data_juicer
+        )
         self.weights = weights.WeightReceiver(
             config,
             self.job_dir,
@@ -214,6 +216,7 @@ class ExplorerRole:
         history.append(metrics)
 
     def close(self) -> None:
+        self.pipeline.close()  # stops an auto-started Data-Juicer service
         self.explorer.close()
 
 

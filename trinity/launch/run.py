@@ -379,7 +379,9 @@ def prepare_taskset(config: Config, job_dir: Path) -> Config:
     if config.continue_from_checkpoint and output.exists():
         print(f"[trinity] task pipeline: reusing {output}", file=sys.stderr)
     else:
-        _, metrics = run_task_pipeline(config.data_processor.task_pipeline, str(output))
+        _, metrics = run_task_pipeline(
+            config.data_processor.task_pipeline, str(output), config.service.data_juicer
+        )
         print(
             f"[trinity] task pipeline: {metrics['task_pipeline/input']:.0f} tasks in, "
             f"{metrics['task_pipeline/output']:.0f} out -> {output}",

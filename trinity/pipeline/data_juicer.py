@@ -1,14 +1,18 @@
 """``data_juicer``: run Data-Juicer operators inside the task or experience pipeline.
 
-Data-Juicer is an optional dependency (``pip install py-data-juicer``), imported only
-when a pipeline names this operator. Its operators come from a Data-Juicer recipe
-(``config_path``: a YAML file whose ``process`` list names the operators) or from
-``process`` given inline::
+Its operators come from a Data-Juicer recipe (``config_path``: a YAML file whose
+``process`` list names the operators) or from ``process`` given inline::
 
     - name: data_juicer
       args:
         process:
           - text_length_filter: {min_len: 10}
+
+Without ``service.data_juicer`` the recipe runs in the pipeline's process, which needs
+Data-Juicer installed (``pip install py-data-juicer``, imported only when a pipeline
+names this operator). With it, the rows go to the Data-Juicer service
+(``trinity.service.data_juicer``) the pipeline started (``auto_start``) or reaches
+(``server_url``); a recipe file is read here and sent with the rows.
 
 Task rows go through as they are. Experiences become samples with ``text`` (the
 response), ``query`` (the prompt) and ``response``; the statistics Data-Juicer
@@ -19,9 +23,7 @@ dropped.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
 
@@ -31,52 +33,94 @@ from trinity.pipeline.operator import (
     ExperienceOperator,
     OperatorError,
     TaskOperator,
+    operator_spec,
+)
+from trinity.service.data_juicer.runner import (
+    STATS_FIELD,
+    DataJuicerMissingError,
+    DataJuicerRunner,
+    require_data_juicer,
 )
 from trinity.types import Experience
 
-PIP_PACKAGE = "py-data-juicer"
-STATS_FIELD = "__dj__stats__"
+if TYPE_CHECKING:
+    from trinity.config.schema import DataJuicerServiceConfig
+    from trinity.service.data_juicer.client import DataJuicerClient, DataJuicerService
+
+__all__ = ["DataJuicerMissingError", "open_service", "with_service"]
+
+NAME = "data_juicer"
 INDEX_FIELD = "__trinity_index__"
 
 
-class DataJuicerMissingError(ImportError):
-    """The data_juicer operator is configured but Data-Juicer is not installed."""
+class Runner(Protocol):
+    def run(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]: ...
 
 
-class DataJuicerRunner:
-    """Loads the recipe's operators once and runs them over a list of rows."""
+class _ServiceRunner:
+    """Runs the recipe on the Data-Juicer service."""
 
-    def __init__(self, config_path: str | None = None, process: list[Any] | None = None) -> None:
-        if importlib.util.find_spec("data_juicer") is None:
-            raise DataJuicerMissingError(
-                "the 'data_juicer' operator needs Data-Juicer, which is not installed: "
-                f"pip install {PIP_PACKAGE}"
-            )
-        if (config_path is None) == (process is None):
-            raise OperatorError("data_juicer needs exactly one of config_path or process")
-        if config_path is not None:
-            with open(config_path, encoding="utf-8") as f:
-                recipe = yaml.safe_load(f) or {}
-            process = recipe.get("process")
-            if not process:
-                raise OperatorError(f"data_juicer recipe '{config_path}' has no 'process' list")
-        ops_module = importlib.import_module("data_juicer.ops")
-        self._ops = ops_module.load_ops(process)
-        self._dataset_cls = importlib.import_module("data_juicer.core.data").NestedDataset
+    def __init__(self, client: DataJuicerClient, process: list[Any]) -> None:
+        self.client = client
+        self.process = process
 
     def run(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        if not rows:
-            return []
-        dataset = self._dataset_cls.from_list(rows)
-        for op in self._ops:
-            dataset = op.run(dataset)
-        return dataset.to_list()
+        return self.client.process(self.process, rows) if rows else []
 
 
-@TASK_OPERATORS.register("data_juicer")
+def make_runner(
+    config_path: str | None, process: list[Any] | None, service: DataJuicerService | None
+) -> Runner:
+    """The recipe's runner: on ``service`` when given, else in this process."""
+    from trinity.service.data_juicer.client import DataJuicerService
+
+    if service is None:
+        require_data_juicer(f"the '{NAME}' operator")
+    elif not isinstance(service, DataJuicerService):
+        raise OperatorError(
+            f"{NAME}: the Data-Juicer service is configured under service.data_juicer, "
+            f"not in the operator's args (given service={service!r})"
+        )
+    if (config_path is None) == (process is None):
+        raise OperatorError(f"{NAME} needs exactly one of config_path or process")
+    if config_path is not None:
+        with open(config_path, encoding="utf-8") as f:
+            recipe = yaml.safe_load(f) or {}
+        process = recipe.get("process")
+        if not process:
+            raise OperatorError(f"{NAME} recipe '{config_path}' has no 'process' list")
+    assert process is not None
+    if service is None:
+        return DataJuicerRunner(process)
+    return _ServiceRunner(service.client(), process)
+
+
+def open_service(cfg: DataJuicerServiceConfig | None) -> DataJuicerService | None:
+    """The service ``service.data_juicer`` describes (started or reached on first use)."""
+    if cfg is None:
+        return None
+    from trinity.service.data_juicer.client import DataJuicerService
+
+    return DataJuicerService(cfg)
+
+
+def with_service(cfg: Any, service: DataJuicerService | None) -> Any:
+    """``cfg`` with ``args.service`` set when it names this operator and a service is set."""
+    name, args = operator_spec(cfg)
+    if service is None or name != NAME:
+        return cfg
+    return {"name": name, "args": {**args, "service": service}}
+
+
+@TASK_OPERATORS.register(NAME)
 class DataJuicerTaskOperator(TaskOperator):
-    def __init__(self, config_path: str | None = None, process: list[Any] | None = None) -> None:
-        self.runner = DataJuicerRunner(config_path, process)
+    def __init__(
+        self,
+        config_path: str | None = None,
+        process: list[Any] | None = None,
+        service: DataJuicerService | None = None,
+    ) -> None:
+        self.runner = make_runner(config_path, process, service)
 
     def process(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out = self.runner.run(rows)
@@ -85,10 +129,15 @@ class DataJuicerTaskOperator(TaskOperator):
         return out
 
 
-@EXPERIENCE_OPERATORS.register("data_juicer")
+@EXPERIENCE_OPERATORS.register(NAME)
 class DataJuicerExperienceOperator(ExperienceOperator):
-    def __init__(self, config_path: str | None = None, process: list[Any] | None = None) -> None:
-        self.runner = DataJuicerRunner(config_path, process)
+    def __init__(
+        self,
+        config_path: str | None = None,
+        process: list[Any] | None = None,
+        service: DataJuicerService | None = None,
+    ) -> None:
+        self.runner = make_runner(config_path, process, service)
 
     def process(self, exps: list[Experience]) -> tuple[list[Experience], dict[str, float]]:
         samples = [
@@ -103,16 +152,6 @@ class DataJuicerExperienceOperator(ExperienceOperator):
         kept = []
         for sample in self.runner.run(samples):
             exp = exps[int(sample[INDEX_FIELD])]
-            for key, value in (sample.get(STATS_FIELD) or {}).items():
-                exp.info[key] = _plain(value)
+            exp.info.update(sample.get(STATS_FIELD) or {})
             kept.append(exp)
         return kept, {"data_juicer/dropped": float(len(exps) - len(kept))}
-
-
-def _plain(value: Any) -> Any:
-    """A JSON-storable copy of a statistic (numpy scalars and arrays become numbers/lists)."""
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
