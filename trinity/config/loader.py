@@ -21,11 +21,11 @@ from omegaconf.errors import (
     OmegaConfBaseException,
 )
 
-from trinity.config.convert import build, to_plain
 from trinity.config.errors import ConfigError
 from trinity.config.resolve import check_trainer_config_source, resolve
 from trinity.config.schema import Config, VerlTrainerConfig
 from trinity.config.stages import apply_stage, expand_stages
+from trinity.config.typed_yaml import build, to_plain
 from trinity.config.validate import validate
 
 OVERRIDE_HELP = "key=value, e.g. algorithm.optimizer.lr=1e-5 or buffer.explorer_input.eval_tasksets[0].repeat_times=4"

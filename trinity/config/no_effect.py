@@ -36,7 +36,6 @@ _NO_FUSED = "not implemented: our trainer has its own fused layers, always on"
 _PADDING = "not implemented: batches are padded, never packed without pads"
 _STRATEGY = "veRL compatibility only: the trainer's data parallelism is its own"
 _NO_REJECTION = "not implemented: rollout correction weights tokens (rollout_is), rejects none"
-_NO_SERVER = "not implemented: the data_juicer operator runs Data-Juicer in-process, no server"
 
 _TOOL_PARSER = "vLLM-only: our endpoint always parses Hermes <tool_call> blocks"
 _STORAGES = (
@@ -164,9 +163,6 @@ NO_EFFECT: dict[str, str] = {
         "not implemented: checkpoints stay after loading"
     ),
     # services and pipelines
-    "service.data_juicer.server_url": _NO_SERVER,
-    "service.data_juicer.auto_start": _NO_SERVER,
-    "service.data_juicer.port": _NO_SERVER,
     "data_processor.task_pipeline.num_process": (
         "not implemented: the task pipeline runs in the driver's process"
     ),

@@ -1,4 +1,5 @@
-"""Strict conversion of plain YAML data (dicts, lists, scalars) into the schema dataclasses.
+"""Strict conversion between plain YAML data (dicts, lists, scalars) and the typed schema
+dataclasses.
 
 Every key must be a field of its section, every value must fit the field's type. Strings
 that spell a number are accepted for numeric fields: YAML 1.1 reads ``1e-5`` as a string

@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Union
 
-from trinity.config.convert import field_types
 from trinity.config.schema import LOG_LEVELS, Config
+from trinity.config.typed_yaml import field_types
 
 Kind = Literal["bool", "choice", "int", "float", "str", "yaml"]
 

@@ -27,8 +27,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trinity.config import Config, ConfigError, config_from_dict, load_config, resolve, validate
-from trinity.config.convert import field_types
 from trinity.config.schema import Config as ConfigSchema
+from trinity.config.typed_yaml import field_types
 
 NOW = datetime(2024, 5, 6, 7, 8, 9)
 FUZZ = settings(

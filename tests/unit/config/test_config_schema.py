@@ -9,7 +9,7 @@ import pytest
 
 from trinity.config import Config, config_from_dict, to_dict
 from trinity.config.algorithm_defaults import ALGORITHM_DEFAULTS
-from trinity.config.convert import field_types
+from trinity.config.typed_yaml import field_types
 
 
 def all_sections() -> list[type]:
