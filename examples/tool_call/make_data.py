@@ -5,7 +5,7 @@
 Each row holds a ``question`` (a sum of two-digit numbers, a one-digit times a
 two-digit number, or a three-digit times a two-digit number), its ``answer`` and
 ``tools``: the OpenAI-style spec of the registered ``calculator`` tool, which
-``tool_call_workflow`` offers the policy. The easy rows give a small model some reward
+``multi_turn_tool_workflow`` offers the policy. The easy rows give a small model some reward
 from the start; the hard ones pay off only through the tool. The seed makes the files
 reproducible.
 """

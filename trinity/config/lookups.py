@@ -50,6 +50,7 @@ BUILTIN_NAMES: dict[str, frozenset[str]] = {
             "math_ruler_workflow",
             "math_trainable_ruler_workflow",
             "math_workflow",
+            "multi_turn_tool_workflow",
             "on_policy_distill_math_workflow",
             "on_policy_distill_workflow",
             "rubric_judge_workflow",
@@ -175,6 +176,8 @@ def _is_full_checkpoint(actor: Path) -> bool:
 def _check_stage(cfg: Config) -> None:
     for path, kind, name in _names(cfg):
         check_name(path, kind, name)
+    for prefix, taskset in _tasksets(cfg):
+        _check_tool_call_meaning(prefix, taskset)
     for path, given in _data_paths(cfg):
         check_data_path(path, given)
     tc = cfg.trainer.trainer_config
@@ -185,6 +188,22 @@ def _check_stage(cfg: Config) -> None:
         and tc.trainer.resume_mode == "resume_path"
     ):
         checkpoint_step(RESUME_FROM_PATH, tc.trainer.resume_from_path, job_dir_of(cfg))
+
+
+def _check_tool_call_meaning(prefix: str, taskset: StorageConfig) -> None:
+    """``tool_call_workflow`` is Trinity-RFT's ToolACE workflow; ``max_turns`` belongs to
+    the multi-turn one that runs tools, which had that name here before."""
+    if taskset.default_workflow_type == "tool_call_workflow" and "max_turns" in (
+        taskset.workflow_args or {}
+    ):
+        raise ConfigError(
+            f"{prefix}.default_workflow_type",
+            "is Trinity-RFT's ToolACE workflow (one reply of function calls, no tool is "
+            "run), which takes no workflow_args.max_turns",
+            value="tool_call_workflow",
+            valid="multi_turn_tool_workflow to run registered tools for up to max_turns "
+            "replies, or no max_turns",
+        )
 
 
 def _names(cfg: Config) -> Iterator[tuple[str, str, str]]:

@@ -2,7 +2,7 @@
 
 A request's ``tools`` go to the chat template's ``tools`` argument. A template that
 ignores them (SmolLM2's renders the same text with and without) gets the specs and the
-call syntax in the system prompt instead, as ``tool_call_workflow`` does, and the
+call syntax in the system prompt instead, as ``multi_turn_tool_workflow`` does, and the
 assistant messages' earlier ``tool_calls`` are written back into their content in that
 syntax so the model reads its own calls. The model calls a tool by writing
 ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (Hermes / Qwen templates'

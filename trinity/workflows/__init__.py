@@ -2,10 +2,11 @@
 
 ``math_workflow`` (also ``async_math_workflow``), ``math_boxed_workflow``,
 ``countdown_workflow``, ``env_workflow`` (multi-turn text games), ``step_wise_env_workflow``
-(one experience per turn), ``frozen_lake_workflow``, ``tool_call_workflow``,
-``toolcall_workflow``, the judged ones (``llm_judge_workflow``, ``math_rm_workflow``,
-``math_ruler_workflow``, ``math_trainable_ruler_workflow``, ``rubric_judge_workflow``) and
-the on-policy distillation workflows; see docs/workflows.md.
+(one experience per turn), ``frozen_lake_workflow``, ``multi_turn_tool_workflow`` (runs
+tools), ``tool_call_workflow`` = ``toolcall_workflow`` (ToolACE function calls), the judged
+ones (``llm_judge_workflow``, ``math_rm_workflow``, ``math_ruler_workflow``,
+``math_trainable_ruler_workflow``, ``rubric_judge_workflow``) and the on-policy
+distillation workflows; see docs/workflows.md.
 """
 
 from trinity.workflows import countdown as _countdown  # noqa: F401

@@ -1,4 +1,7 @@
-"""``tool_call_workflow``: the policy may call python tools before it answers.
+"""``multi_turn_tool_workflow``: the policy may call python tools before it answers.
+
+(Trinity-RFT's ``tool_call_workflow`` is another workflow, one reply of function calls
+scored against a ToolACE row: ``trinity/workflows/toolcall.py``.)
 
 The task row holds the question (``prompt_key``), the reference answer
 (``response_key``) and the tools it may use (``tools_key``, OpenAI-style specs, each
@@ -60,7 +63,7 @@ def with_tool_instructions(
     return [{"role": "system", "content": text}, *messages]
 
 
-@WORKFLOWS.register("tool_call_workflow")
+@WORKFLOWS.register("multi_turn_tool_workflow")
 class ToolCallWorkflow(Workflow):
     """Question answering with tool calls, one experience per rollout."""
 

@@ -1,4 +1,5 @@
-"""``toolcall_workflow``: single-turn function calling on ToolACE-style rows (Tool-N1).
+"""``tool_call_workflow`` (also ``toolcall_workflow``): single-turn function calling on
+ToolACE-style rows (Tool-N1).
 
 Tool-N1 (Zhang et al., arXiv:2505.00024) trains a model to emit the right function calls
 for a conversation: one reply, scored by rule, with no tool actually run. A row holds
@@ -18,8 +19,9 @@ The prompt is the system prompt followed by the tool definitions and the reply f
 order); otherwise 0. A taskset that names a reward function gets that instead
 (called with the reply and the ``answer`` column).
 
-``tool_call_workflow`` is this project's multi-turn workflow that runs registered tools;
-this one keeps the row format and reward of Trinity-RFT's ToolACE example.
+Both names are Trinity-RFT's for this workflow (``toolcall_workflow`` until its registry
+was renamed, ``tool_call_workflow`` since), with its row format and reward; the multi-turn
+workflow that runs registered tools is ``multi_turn_tool_workflow``.
 """
 
 from __future__ import annotations
@@ -126,6 +128,7 @@ def toolcall_reward(response: str, truth: Any) -> dict[str, float]:
     return {"accuracy": float(correct)}
 
 
+@WORKFLOWS.register("tool_call_workflow")
 @WORKFLOWS.register("toolcall_workflow")
 class ToolCallN1Workflow(Workflow):
     """One reply of function calls per rollout, scored against the expected calls."""

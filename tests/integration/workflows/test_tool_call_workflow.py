@@ -1,4 +1,4 @@
-"""tool_call_workflow: a tiny model taught to call the calculator, through the runner pool.
+"""multi_turn_tool_workflow: a tiny model taught to call the calculator, through the runner pool.
 
 The model is first trained (a few seconds) to answer the task's prompt with a
 ``<tool_call>`` and, once it reads the tool's result, with the final answer, so the
@@ -56,7 +56,7 @@ def tool_model(tiny_model_dir, tmp_path_factory):
 def test_tool_call_round_trip(tool_model, log_dir):
     pool = make_pool(tool_model, log_dir)
     task = make_task(
-        "tool_call_workflow",
+        "multi_turn_tool_workflow",
         ROW,
         repeat_times=2,
         workflow_args={"max_turns": 3},
@@ -82,7 +82,7 @@ def test_tool_call_round_trip(tool_model, log_dir):
 
 def test_reply_without_call_is_the_answer(pool, engine, log_dir):
     task = make_task(
-        "tool_call_workflow",
+        "multi_turn_tool_workflow",
         ROW,
         repeat_times=2,
         rollout_args={"temperature": 1.0, "max_tokens": 8},
@@ -98,7 +98,7 @@ def test_reply_without_call_is_the_answer(pool, engine, log_dir):
 
 def test_unregistered_tool_is_a_clear_error(pool, log_dir):
     spec = {"type": "function", "function": {"name": "web_search", "parameters": {}}}
-    task = make_task("tool_call_workflow", {**ROW, "tools": [spec]})
+    task = make_task("multi_turn_tool_workflow", {**ROW, "tools": [spec]})
     result = pool.run_tasks([task], batch_id=0)
     assert result.failed == 1
     logs = "".join(p.read_text() for p in log_dir.glob("*.log"))

@@ -110,7 +110,7 @@ def test_tool_call_prompt_is_the_engines(engines, mode):
     assert template_renders_tools(engine.tokenizer, tools, model.template_args)
     task = Task(
         raw={"question": QUESTION[0]["content"], "answer": "42", "tools": tools},
-        workflow="tool_call_workflow",
+        workflow="multi_turn_tool_workflow",
         reward_fn=None,
         rollout_args=GREEDY,
         format={"prompt_key": "question", "response_key": "answer"},
