@@ -7,7 +7,8 @@
         extra_state_world_size_<W>_rank_<r>.pt  LR schedule, RNG states, step
         fsdp_config.json                      {"world_size": W, ...}
         huggingface/                          config + tokenizer (+ model.safetensors
-                                              after ``trinity convert``)
+                                              with save_contents hf_model, or after
+                                              ``trinity convert``)
       latest_checkpointed_iteration.txt       newest complete full checkpoint
       latest_state_dict_iteration.txt         newest weights-only save (checkpoint sync)
       trainer_meta.json, explorer_meta.json
@@ -344,3 +345,17 @@ def load_actor_shard(job_dir: Path, step: int, kind: str, world_size: int = 1, r
 
     path = step_dir(job_dir, step) / "actor" / shard_name(kind, world_size, rank)
     return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def load_hf_weights(job_dir: Path, step: int) -> dict[str, torch.Tensor] | None:
+    """The full weights in ``global_step_<step>/actor/huggingface/*.safetensors`` (as
+    ``save_pretrained`` wrote them: tied copies once); None when it holds none."""
+    from safetensors.torch import load_file
+
+    files = sorted((step_dir(job_dir, step) / "actor" / "huggingface").glob("*.safetensors"))
+    if not files:
+        return None
+    state: dict[str, torch.Tensor] = {}
+    for path in files:
+        state.update(load_file(path, device="cpu"))
+    return state

@@ -309,18 +309,26 @@ def to_local(value):
     return value
 
 
-def load_local_model_state(model: torch.nn.Module, shards: dict[str, torch.Tensor]) -> None:
-    """Copy this rank's saved shards into the sharded parameters."""
-    from torch.distributed.tensor import DTensor
+def load_model_state(model: torch.nn.Module, state: dict[str, torch.Tensor], full: bool) -> None:
+    """Copy ``state`` into the sharded parameters: this rank's saved shards, or with
+    ``full`` the unsharded weights, of which each rank keeps its part (a collective:
+    every rank calls it with the same weights)."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
 
-    state = model.state_dict()
-    missing = sorted(set(state) - set(shards))
+    params = model.state_dict()
+    missing = sorted(set(params) - set(state))
     if missing:
-        raise KeyError(f"the rank's model shard lacks {missing[:5]}")
+        raise KeyError(f"the {'full weights' if full else 'rank shard'} lack {missing[:5]}")
     with torch.no_grad():
-        for name, target in state.items():
-            local = target.to_local() if isinstance(target, DTensor) else target
-            local.copy_(shards[name])
+        for name, target in params.items():
+            value = state[name]
+            if isinstance(target, DTensor):
+                if full:
+                    value = distribute_tensor(
+                        value.to(target.dtype), target.device_mesh, target.placements
+                    ).to_local()
+                target = target.to_local()
+            target.copy_(value)
 
 
 def load_local_optimizer_state(

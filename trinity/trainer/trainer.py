@@ -98,6 +98,21 @@ def _rows_of(values: torch.Tensor | None, rows: torch.Tensor) -> torch.Tensor | 
     return None if values is None else values[rows]
 
 
+def _with_tied_names(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> dict:
+    """``state`` plus the names ``save_pretrained`` left out because they share a
+    parameter with a saved name (a tied LM head), so it loads with ``strict=True``."""
+    names_of: dict[int, list[str]] = defaultdict(list)
+    for name, param in model.named_parameters(remove_duplicate=False):
+        names_of[id(param)].append(name)
+    full = dict(state)
+    for names in names_of.values():
+        saved = [n for n in names if n in state]
+        for name in names:
+            if saved and name not in full:
+                full[name] = state[saved[0]]
+    return full
+
+
 class Trainer:
     """Owns the actor, the reference model and the critic (when the algorithm uses them)."""
 
@@ -634,7 +649,8 @@ class Trainer:
     def _checkpoint_contents(self, which: str) -> set[str]:
         """``actor.checkpoint.save_contents`` or ``load_contents``. The model's shards are
         always written (the explorer resumes from them); optimizer and extra state only
-        when listed; ``hf_model`` adds the weights to ``huggingface/``."""
+        when listed; ``hf_model`` adds the weights to ``huggingface/``, and loaded, reads
+        the policy from there instead of the shards."""
         contents = self.config.trainer.trainer_config.actor_rollout_ref.actor.checkpoint
         return set(getattr(contents, which))
 
@@ -663,8 +679,8 @@ class Trainer:
             return self._load_sharded_checkpoint(Path(job_dir), step)
         load = self._checkpoint_contents("load_contents")
         shard = self._shard_loader(Path(job_dir), step, load)
-        if "model" in load:
-            state = shard("model")
+        state = self._saved_weights(Path(job_dir), step, load, shard)
+        if state is not None:
             if self.lora is not None:
                 lora.load_adapter_state(self.model, state)
             elif self.master is not None:
@@ -738,6 +754,31 @@ class Trainer:
             return ckpt.load_actor_shard(job_dir, step, kind, self.world_size, self.rank)
 
         return shard
+
+    def _saved_weights(self, job_dir: Path, step: int, load: set[str], shard) -> dict | None:
+        """The policy's weights ``load_contents`` names: its ``model`` shard, or with
+        ``hf_model`` the full weights of ``huggingface/`` (tied names filled in); None
+        when it names neither."""
+        if "hf_model" not in load:
+            return shard("model") if "model" in load else None
+        path = ckpt.step_dir(job_dir, step) / "actor" / "huggingface"
+        if "model" in load:
+            raise TrainerSetupError(
+                "actor.checkpoint.load_contents lists both 'model' and 'hf_model': name one "
+                f"source of the policy's weights (the shards or {path})"
+            )
+        if self.lora is not None:
+            raise TrainerSetupError(
+                f"{path} holds the merged weights of a LoRA policy, not its adapter: load "
+                "'model' (actor.checkpoint.load_contents) to resume LoRA training"
+            )
+        state = ckpt.load_hf_weights(job_dir, step)
+        if state is None:
+            raise TrainerSetupError(
+                f"checkpoint {path} holds no weights (actor.checkpoint.save_contents left "
+                "out hf_model); load 'model' from actor.checkpoint.load_contents instead"
+            )
+        return _with_tied_names(self.model, state)
 
     def _load_extra_state(self, extra: dict[str, Any] | None) -> None:
         """LR schedule and RNG states; without them (``extra`` not loaded) the schedule
@@ -820,8 +861,9 @@ class Trainer:
 
         load = self._checkpoint_contents("load_contents")
         shard = self._shard_loader(job_dir, step, load)
-        if "model" in load:
-            distributed.load_local_model_state(self.model, shard("model"))
+        state = self._saved_weights(job_dir, step, load, shard)
+        if state is not None:
+            distributed.load_model_state(self.model, state, full="hf_model" in load)
         if "optimizer" in load:
             distributed.load_local_optimizer_state(self.optimizer, self.model, shard("optim"))
         self._load_extra_state(shard("extra_state") if "extra" in load else None)

@@ -118,3 +118,38 @@ def test_resume_from_path_accepts_a_full_checkpoint_without_optimizer(
     assert checkpoint_step(RESUME_FROM_PATH, str(ckpt.step_dir(job, 1)), job) == 1
     with pytest.raises(ConfigError, match="holds no full checkpoint"):
         checkpoint_step(RESUME_FROM_PATH, str(ckpt.step_dir(job, 2)), job)
+
+
+def test_load_contents_hf_model_reads_the_policy_from_huggingface(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    save = ["model", "optimizer", "extra", "hf_model"]
+    cfg = make_config(tiny_model_dir, tmp_path, trainer=contents(save))
+    trainer = Trainer(cfg, model_dir=tiny_model_dir, total_steps=3)
+    trainer.train_step(rollouts(8))
+    actor = trainer.save_checkpoint(tmp_path / "job", 1)
+    trained = parameters(trainer.model)
+    # the shards are gone: only huggingface/ can give the trained weights back
+    (actor / "model_world_size_1_rank_0.pt").unlink()
+
+    cfg = make_config(tiny_model_dir, tmp_path, trainer=contents(save, ["hf_model"]))
+    resumed = Trainer(cfg, model_dir=tiny_model_dir, total_steps=3)
+    assert changed(trained, resumed.model)  # the base model before loading
+    assert resumed.load_checkpoint(tmp_path / "job") == 1
+    assert changed(trained, resumed.model) == []  # the tied LM head included
+    resumed.train_step(rollouts(8, seed=1))  # and it trains on from there
+
+
+def test_load_contents_hf_model_needs_hf_weights(tiny_model_dir: Path, tmp_path: Path) -> None:
+    trainer = Trainer(
+        make_config(tiny_model_dir, tmp_path), model_dir=tiny_model_dir, total_steps=2
+    )
+    trainer.save_checkpoint(tmp_path / "job", 1)  # default save_contents: no hf_model
+    for load, message in (
+        (["hf_model"], "holds no weights"),
+        (["model", "hf_model"], "lists both 'model' and 'hf_model'"),
+    ):
+        cfg = make_config(tiny_model_dir, tmp_path, trainer=contents(["model"], load))
+        resumed = Trainer(cfg, model_dir=tiny_model_dir, total_steps=2)
+        with pytest.raises(TrainerSetupError, match=message):
+            resumed.load_checkpoint(tmp_path / "job")

@@ -75,7 +75,8 @@ class CheckpointContentsConfig:
 
     load_contents: list[CheckpointContent] = setting(
         ["model", "optimizer", "extra"],
-        "parts read when resuming (model, optimizer, extra: LR schedule and RNG states)",
+        "parts read when resuming (model, optimizer, extra: LR schedule and RNG states; "
+        "hf_model: the weights from huggingface/ instead of the model shards)",
     )
     save_contents: list[CheckpointContent] = setting(
         ["model", "optimizer", "extra"],
