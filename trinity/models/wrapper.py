@@ -234,13 +234,6 @@ class ModelWrapper:
         [values] = self.engine.compute_logprobs([ids], [1], temperature)
         return torch.tensor(values, dtype=torch.float32)
 
-    async def alogprobs(
-        self, tokens: list[int] | torch.Tensor, temperature: float = 1.0
-    ) -> torch.Tensor:
-        """Async :meth:`logprobs` (runs the forward pass in a worker thread)."""
-        self._refuse_if_closed()
-        return await asyncio.to_thread(self.logprobs, tokens, temperature)
-
     def response_logprobs(
         self, experiences: list[Experience], temperature: float = 1.0
     ) -> list[torch.Tensor]:

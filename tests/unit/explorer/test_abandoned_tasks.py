@@ -63,7 +63,7 @@ def test_a_closed_wrapper_refuses_every_model_call_before_its_engine():
         lambda: asyncio.run(wrapper.achat(messages)),
         lambda: asyncio.run(wrapper.agenerate(["hi"])),
         lambda: asyncio.run(wrapper.agenerate_ids([1, 2])),
-        lambda: asyncio.run(wrapper.alogprobs([1, 2, 3])),
+        lambda: asyncio.run(wrapper.aresponse_logprobs([])),
     ]
     for call in calls:
         with pytest.raises(ModelClosedError, match="was closed, so the call was refused"):
