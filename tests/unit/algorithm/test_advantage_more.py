@@ -308,27 +308,60 @@ H, Q = math.log(0.5), math.log(0.25)
 
 
 def test_jsd_symmetric():
-    inputs = distill_inputs([[Q, H, Q], [H, Q, float("nan")]], [[H, H, H], [H, Q, 0.0]])
+    inputs = distill_inputs([[Q, H, Q], [H, Q, float("nan")]], [[H, H, H], [Q, Q, 0.0]])
     adv, _ = run("jsd", inputs)
-    # teacher p 0.5, student p 0.25, beta 0.5: m = 0.25 + 0.125 = 0.375
-    # JSD = 0.5 * 0.5 ln(0.5 / 0.375) + 0.5 * 0.25 ln(0.25 / 0.375)
-    #     = 0.25 * 0.287682 - 0.125 * 0.405465 = 0.021237; A = -0.021237
+    # A = -(1 - beta) ln(p_student / m), m = beta p_teacher + (1 - beta) p_student, beta 0.5
+    # student 0.25, teacher 0.5: m = 0.375, A = -0.5 ln(0.25 / 0.375) = 0.202733
+    # student 0.5, teacher 0.25: m = 0.375, A = -0.5 ln(0.5 / 0.375) = -0.143841
     # equal probabilities -> m = p -> 0; masked token -> 0
-    j = 0.021237
-    assert_close(adv, torch.tensor([[-j, 0.0, -j], [0.0, 0.0, 0.0]]))
+    up, down = 0.202733, -0.143841
+    assert_close(adv, torch.tensor([[up, 0.0, up], [down, 0.0, 0.0]]))
 
 
 def test_jsd_lambda_and_kl_coef():
     inputs = distill_inputs([[Q, Q, Q], [Q, Q, Q]], [[H, H, H], [H, H, H]])
     adv, _ = run("jsd", inputs, {"lambda_coef": 0.25, "kl_coef": 2.0})
     # m = 0.25 * 0.5 + 0.75 * 0.25 = 0.3125
-    # JSD = 0.25 * 0.5 ln(1.6) + 0.75 * 0.25 ln(0.8) = 0.058751 - 0.041839 = 0.016911
-    # A = -2 * 0.016911 = -0.033822 on the five valid tokens
-    j = -0.033822
+    # A = -2 * 0.75 * ln(0.25 / 0.3125) = -1.5 * ln(0.8) = 0.334715 on the five valid tokens
+    j = 0.334715
     assert_close(adv, torch.tensor([[j, j, j], [j, j, 0.0]]))
     for beta in (0.0, 1.0):  # the mixture is one side: no divergence
         adv, _ = run("jsd", inputs, {"lambda_coef": beta})
         assert_close(adv, torch.zeros_like(adv))
+
+
+def generalised_jsd(log_student, log_teacher, beta):
+    """beta KL(teacher || m) + (1 - beta) KL(student || m) over a whole distribution."""
+    log_m = torch.logsumexp(
+        torch.stack([log_teacher + math.log(beta), log_student + math.log(1 - beta)]), 0
+    )
+    to_teacher = (log_teacher.exp() * (log_teacher - log_m)).sum()
+    to_student = (log_student.exp() * (log_student - log_m)).sum()
+    return beta * to_teacher + (1 - beta) * to_student
+
+
+@pytest.mark.parametrize("beta", [0.1, 0.5, 0.9])
+def test_jsd_policy_gradient_is_minus_the_divergence_gradient(beta):
+    # over a 3-token vocabulary, the exact expectation under the student of
+    # A(y) grad log p_student(y) is the policy gradient the loss follows; it must point
+    # down the generalised JSD: equal to -grad JSD in the student's logits
+    logits = torch.tensor([0.3, -1.0, 1.2], dtype=torch.float64, requires_grad=True)
+    log_teacher = torch.log_softmax(torch.tensor([1.0, 0.5, -0.7], dtype=torch.float64), 0)
+    (grad_jsd,) = torch.autograd.grad(
+        generalised_jsd(torch.log_softmax(logits, 0), log_teacher, beta), logits
+    )
+    log_student = torch.log_softmax(logits, 0)
+    inputs = AdvantageInputs(
+        token_level_rewards=torch.zeros(3, 1),
+        action_mask=torch.ones(3, 1, dtype=torch.bool),
+        group_ids=torch.arange(3),
+        old_logprobs=log_student.detach()[:, None],
+        teacher_logprobs=log_teacher[:, None],
+    )
+    adv, _ = run("jsd", inputs, {"lambda_coef": beta})
+    surrogate = (log_student.detach().exp() * adv[:, 0] * log_student).sum()
+    (policy_gradient,) = torch.autograd.grad(surrogate, logits)
+    assert_close(policy_gradient, -grad_jsd)
 
 
 @pytest.mark.parametrize("name", ["on_policy_distill", "jsd"])

@@ -12,13 +12,26 @@ Machines' on-policy distillation, 2025):
 the negative of the per-token reverse-KL estimate log pi_s - log pi_t, so the policy
 gradient lowers KL(pi_s || pi_t) on the student's own samples.
 
-``jsd`` (generalised Jensen-Shannon divergence, GKD arXiv:2306.13649), with the mixture
-m_t = beta p^t_t + (1 - beta) p^s_t of the sampled token's probabilities p = exp(l):
+``jsd`` (generalised Jensen-Shannon divergence, GKD arXiv:2306.13649) between teacher
+and student at one position, with beta = ``lambda_coef`` and m = beta p^t + (1 - beta) p^s:
 
-    JSD_t = beta p^t_t (l^t_t - log m_t) + (1 - beta) p^s_t (l^s_t - log m_t)
-    A_t   = -kl_coef * JSD_t
+    JSD_beta = beta KL(p^t || m) + (1 - beta) KL(p^s || m)
+             = sum_y beta p^t log p^t + (1 - beta) p^s log p^s - m log m
 
-beta = ``lambda_coef``; at beta = 0 or 1 the mixture equals one side and A_t = 0.
+Its derivative in the student's probability of a token y is (1 - beta) log(p^s_y / m_y)
+(the +1 terms cancel), so grad JSD_beta = E_{y ~ p^s}[(1 - beta) log(p^s_y / m_y)
+grad log p^s_y]: the policy gradient with, on the sampled token,
+
+    A_t = -kl_coef * (1 - beta) * (l^s_t - log m_t),  m_t = beta p^t_t + (1 - beta) p^s_t
+
+lowers the JSD. It is on_policy_distill's advantage with the teacher replaced by the
+mixture; A_t >= (1 - beta) log(1 - beta), and A_t > 0 where the teacher gives the token
+more probability than the student. For small beta, A_t ~ beta (p^t_t / p^s_t - 1), the
+forward-KL gradient; near beta = 1, ~ (1 - beta) (l^t_t - l^s_t), the reverse KL's. At
+beta = 0 or 1 the mixture is one side, the divergence is 0 and so is A_t.
+(Trinity-RFT's ``jsd`` uses -JSD's summand on the sampled token, beta p^t (l^t - log m)
++ (1 - beta) p^s (l^s - log m), which is not an estimate of the divergence nor of its
+gradient and is near 0 whenever both probabilities are small.)
 Returns = A for both.
 """
 
@@ -60,21 +73,20 @@ class OnPolicyDistillAdvantage(AdvantageFn):
         return advantages, advantages.clone()
 
 
-def token_jsd(student: torch.Tensor, teacher: torch.Tensor, beta: float) -> torch.Tensor:
-    """Per-token generalised JSD of the sampled token's probabilities; 0 at beta 0 or 1."""
+def jsd_cost(student: torch.Tensor, teacher: torch.Tensor, beta: float) -> torch.Tensor:
+    """(1 - beta) log(p^s / m) of the sampled tokens: d JSD_beta / d p^s (see the module
+    docstring); 0 at beta 0 or 1, where the divergence is identically 0."""
     if beta <= 0.0 or beta >= 1.0:
         return torch.zeros_like(student)
     log_mix = torch.logsumexp(
         torch.stack([student + math.log(1.0 - beta), teacher + math.log(beta)]), dim=0
     )
-    to_teacher = teacher.exp() * (teacher - log_mix)
-    to_student = student.exp() * (student - log_mix)
-    return beta * to_teacher + (1.0 - beta) * to_student
+    return (1.0 - beta) * (student - log_mix)
 
 
 @ADVANTAGE_FN.register("jsd")
 class JSDAdvantage(AdvantageFn):
-    """Minus the per-token Jensen-Shannon divergence between student and teacher."""
+    """Minus the generalised JSD's derivative in the student's sampled-token probability."""
 
     @dataclass
     class Args:
@@ -87,6 +99,6 @@ class JSDAdvantage(AdvantageFn):
 
     def compute(self, inputs: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
         student, teacher = student_and_teacher(inputs, "jsd")
-        jsd = token_jsd(student, teacher, self.args.lambda_coef)
-        advantages = -self.args.kl_coef * jsd * inputs.mask
+        cost = jsd_cost(student, teacher, self.args.lambda_coef)
+        advantages = -self.args.kl_coef * cost * inputs.mask
         return advantages, advantages.clone()
