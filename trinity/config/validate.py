@@ -388,6 +388,15 @@ def _check_explorer(cfg: Config) -> None:
     _at_least("explorer.max_retry_times", explorer.max_retry_times, 0)
     _at_least("explorer.eval_interval", explorer.eval_interval, 1)
     _at_least("explorer.max_repeat_times_per_runner", explorer.max_repeat_times_per_runner, 1)
+    ratio = explorer.over_rollout.ratio
+    if not 0 <= ratio < 1:
+        raise ConfigError(
+            "explorer.over_rollout.ratio",
+            "must lie in [0, 1): the share of a step's tasks it may go on without",
+            value=ratio,
+            valid="a number in [0, 1); 0 waits for every task",
+        )
+    _at_least("explorer.over_rollout.wait_after_min", explorer.over_rollout.wait_after_min, 0)
     engines = [("explorer.rollout_model", explorer.rollout_model)]
     engines += [
         (f"explorer.auxiliary_models[{i}]", m) for i, m in enumerate(explorer.auxiliary_models)
@@ -519,6 +528,27 @@ def _check_data_processor(cfg: Config) -> None:
             _required(f"{path}[{i}].name", op.name, "the registered operator name")
 
 
+def _check_service(cfg: Config) -> None:
+    dj = cfg.service.data_juicer
+    if dj is None:
+        return
+    if dj.auto_start:
+        if not 0 <= dj.port <= 65535:
+            raise ConfigError(
+                "service.data_juicer.port",
+                "is not a TCP port",
+                value=dj.port,
+                valid="0..65535 (0: any free port)",
+            )
+    elif not dj.server_url.startswith(("http://", "https://")):
+        raise ConfigError(
+            "service.data_juicer.server_url",
+            "must name a running Data-Juicer service unless auto_start is true",
+            value=dj.server_url,
+            valid="an http:// or https:// URL, e.g. http://127.0.0.1:5005, or auto_start: true",
+        )
+
+
 def _check_stages(cfg: Config) -> None:
     seen: set[str] = set()
     for i, stage in enumerate(cfg.stages):
@@ -542,5 +572,6 @@ _CHECKS: tuple[Callable[[Config], None], ...] = (
     _check_synchronizer,
     _check_trainer,
     _check_data_processor,
+    _check_service,
     _check_stages,
 )

@@ -84,8 +84,6 @@ NAME_READ_FOR_SOMETHING_ELSE = {
     "trainer.trainer_config.actor_rollout_ref.actor.optim.total_training_steps": (
         "trainer/critic.py"
     ),
-    # ports of the OpenAI server, the view server, collectives
-    "service.data_juicer.port": "models/server.py",
     # the experience buffer's priority queue; the auxiliary buffers' passes
     **{key: _QUEUE_READER for key in NO_EFFECT if key.rsplit(".", 1)[-1] in _QUEUE_NAMES},
     **{key: "trainer/train_input.py" for key in NO_EFFECT if key.endswith(".total_epochs")},

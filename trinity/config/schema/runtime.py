@@ -80,11 +80,19 @@ class LogConfig:
 
 @dataclass
 class DataJuicerServiceConfig:
-    """The Data-Juicer service used by data pipelines."""
+    """The Data-Juicer service the data pipelines' data_juicer operators send rows to."""
 
-    server_url: str = setting("", "URL of a running Data-Juicer server")
-    auto_start: bool = setting(False, "start a local Data-Juicer server on port")
-    port: int = setting(5005, "port of the auto-started server")
+    server_url: str = setting(
+        "",
+        "URL of a running service (python -m trinity.service.data_juicer.server); "
+        "not used with auto_start",
+    )
+    auto_start: bool = setting(
+        False,
+        "start the service on 127.0.0.1:port for each pipeline that uses it and stop it "
+        "with the pipeline; needs the data_juicer extra",
+    )
+    port: int = setting(5005, "port of the auto-started service; 0: any free port")
 
 
 @dataclass
@@ -92,5 +100,5 @@ class ServiceConfig:
     """External services."""
 
     data_juicer: DataJuicerServiceConfig | None = setting(
-        None, "Data-Juicer service; unset: not used"
+        None, "Data-Juicer service; unset: the data_juicer operator runs Data-Juicer in-process"
     )

@@ -102,6 +102,10 @@ def serve(host: str, port: int, exit_with_stdin: bool = False) -> None:
         sock.close()
         raise SystemExit(f"cannot bind {host}:{port}: {err.strerror}") from None
     sock.listen(128)  # connections made before uvicorn runs wait in the backlog
+    # imported after binding, so a port in use fails at once; its import takes seconds,
+    # paid before the first request
+    import data_juicer.ops  # noqa: F401
+
     print(PORT_LINE, sock.getsockname()[1], flush=True)
     server = uvicorn.Server(
         uvicorn.Config(
@@ -136,8 +140,6 @@ def main(argv: list[str] | None = None) -> None:
         require_data_juicer("the Data-Juicer service")
     except DataJuicerMissingError as exc:
         raise SystemExit(str(exc)) from None
-    import data_juicer.ops  # noqa: F401  (its import takes seconds: pay it before serving)
-
     serve(args.host, args.port, args.exit_with_stdin)
 
 
