@@ -112,8 +112,9 @@ def with_service(cfg: Any, service: DataJuicerService | None) -> Any:
     return {"name": name, "args": {**args, "service": service}}
 
 
-@TASK_OPERATORS.register(NAME)
-class DataJuicerTaskOperator(TaskOperator):
+class _RecipeOperator:
+    """Built from a recipe (``config_path`` or ``process``) and the pipeline's service."""
+
     def __init__(
         self,
         config_path: str | None = None,
@@ -122,6 +123,9 @@ class DataJuicerTaskOperator(TaskOperator):
     ) -> None:
         self.runner = make_runner(config_path, process, service)
 
+
+@TASK_OPERATORS.register(NAME)
+class DataJuicerTaskOperator(_RecipeOperator, TaskOperator):
     def process(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out = self.runner.run(rows)
         for row in out:
@@ -130,15 +134,7 @@ class DataJuicerTaskOperator(TaskOperator):
 
 
 @EXPERIENCE_OPERATORS.register(NAME)
-class DataJuicerExperienceOperator(ExperienceOperator):
-    def __init__(
-        self,
-        config_path: str | None = None,
-        process: list[Any] | None = None,
-        service: DataJuicerService | None = None,
-    ) -> None:
-        self.runner = make_runner(config_path, process, service)
-
+class DataJuicerExperienceOperator(_RecipeOperator, ExperienceOperator):
     def process(self, exps: list[Experience]) -> tuple[list[Experience], dict[str, float]]:
         samples = [
             {
