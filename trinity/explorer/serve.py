@@ -2,13 +2,18 @@
 their calls turned into experiences once they say how well the calls went.
 
     POST /v1/chat/completions, /v1/completions, GET /v1/models   (trinity/models/server.py)
-    POST /feedback   {"msg_ids": ["chatcmpl-...", ...], "reward": 1.0}
+    POST /feedback   {"msg_ids": ["chatcmpl-...", ...], "reward": 1.0, "task_id": "a1b2c3"}
     POST /commit     write the rewarded experiences into the experience buffer
+    GET  /health     200 once serving;  GET /metrics   counts of calls and experiences
 
+The routes and bodies are Trinity-RFT's serve mode's (its ``TrinityClient`` posts
+``reward``, ``msg_ids`` and its ``task_id``; replies are ``{"status": "success", ...}``).
 Each completion's experiences wait under the response's ``id`` until a ``feedback`` call
-names it; that call gives every experience of the ids it names its ``reward`` and makes
-them one group (``eid.task``), so a group-relative advantage compares the calls one
-feedback scored together. ``commit`` puts the rewarded experiences into
+names it; that call gives every experience of the ids it names its ``reward`` and a
+group (``eid.task``): the ``task_id`` it sends, so one client's calls form one group, or
+without one a group of their own, so a group-relative advantage compares the calls one
+feedback scored together. ``run_id`` (optional) sets ``eid.run``. Unlike upstream, which
+ignores ids it does not hold, an unknown or already scored id fails the call (404). ``commit`` puts the rewarded experiences into
 ``buffer.trainer_input.experience_buffer``, where a trainer (mode ``train``, or another
 run) reads them; calls without feedback are never written.
 
@@ -18,6 +23,7 @@ run) reads them; calls without feedback are never written.
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 import time
 from typing import Any
@@ -34,6 +40,8 @@ from trinity.types import EID, Experience
 class FeedbackRequest(BaseModel):
     msg_ids: list[str] = Field(min_length=1)
     reward: float
+    task_id: str | int | None = None  # the group; unset: a group of this call's ids
+    run_id: int | None = None  # eid.run of every experience; unset: numbered in the group
 
 
 class FeedbackStore:
@@ -45,14 +53,21 @@ class FeedbackStore:
         self.pending: dict[str, list[Experience]] = {}
         self.rewarded: list[Experience] = []
         self.groups = 0  # feedback calls so far: the next group's eid.task
+        self.committed = 0
         self._lock = threading.Lock()
 
     def record(self, response_id: str, experiences: list[Experience]) -> None:
         with self._lock:
             self.pending[response_id] = experiences
 
-    def feedback(self, msg_ids: list[str], reward: float) -> int:
-        """Give the experiences of ``msg_ids`` their reward; returns how many."""
+    def feedback(
+        self,
+        msg_ids: list[str],
+        reward: float,
+        task_id: str | int | None = None,
+        run_id: int | None = None,
+    ) -> int:
+        """Give the experiences of ``msg_ids`` their reward and group; returns how many."""
         with self._lock:
             unknown = [m for m in msg_ids if m not in self.pending]
             if unknown:
@@ -63,13 +78,13 @@ class FeedbackStore:
                     param="msg_ids",
                     code="msg_not_found",
                 )
-            group = self.groups
+            group: str | int = self.groups if task_id is None else task_id
             self.groups += 1
             run = 0
             for msg_id in msg_ids:
                 for exp in self.pending.pop(msg_id):
                     exp.reward = float(reward)
-                    exp.eid = EID(batch="serve", task=group, run=run)
+                    exp.eid = EID(batch="serve", task=group, run=run if run_id is None else run_id)
                     exp.info["msg_id"] = msg_id
                     self.rewarded.append(exp)
                     run += 1
@@ -81,17 +96,36 @@ class FeedbackStore:
             ready, self.rewarded = self.rewarded, []
         if ready:
             self.buffer.put(ready)
+            self.committed += len(ready)
             self.logger.info("committed %d experiences to the buffer", len(ready))
         return len(ready)
+
+    def metrics(self) -> dict[str, int]:
+        with self._lock:
+            return {
+                "pending_calls": len(self.pending),
+                "rewarded_experiences": len(self.rewarded),
+                "committed_experiences": self.committed,
+                "feedback_calls": self.groups,
+            }
 
     def routes(self, app: FastAPI) -> None:
         @app.post("/feedback")
         async def feedback(body: FeedbackRequest) -> dict[str, Any]:
-            return {"status": "ok", "experiences": self.feedback(body.msg_ids, body.reward)}
+            scored = self.feedback(body.msg_ids, body.reward, body.task_id, body.run_id)
+            return {"status": "success", "experiences": scored}
 
         @app.post("/commit")
         async def commit() -> dict[str, Any]:
-            return {"status": "ok", "experiences": self.commit()}
+            return {"status": "success", "experiences": self.commit()}
+
+        @app.get("/health")
+        async def health() -> dict[str, str]:
+            return {"status": "ok"}
+
+        @app.get("/metrics")
+        async def metrics() -> dict[str, int]:
+            return self.metrics()
 
 
 def serve(
@@ -134,13 +168,27 @@ def run_serve(config: Any, model_dir: str, logger: logging.Logger | None = None)
         api_key=rollout.openai_api_key,
         logger=logger,
     )
-    print(f"serving {name} at {server.base_url} (POST /feedback, /commit); Ctrl-C stops")
+    print(
+        f"serving {name} at {server.base_url} (POST /feedback, /commit); Ctrl-C stops",
+        flush=True,  # a supervisor reading the pipe learns the port now
+    )
+    # SIGTERM stops as Ctrl-C does: the rewarded calls are committed before exiting
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         while True:
             time.sleep(1.0)
     except KeyboardInterrupt:
         pass
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         server.stop()
-        store.commit()
+        committed = store.commit()
         engine.close()
+        print(f"stopped; committed {committed} experiences", flush=True)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
