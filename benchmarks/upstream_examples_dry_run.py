@@ -54,6 +54,20 @@ MESSAGES = [{"role": "user", "content": "What is 1 + 1?"}, {"role": "assistant",
 EXTERNAL_ENVS = ("alfworld", "webshop", "sciworld", "scienceworld", "email", "websearch")
 
 
+# (words of the error line, cause), the first match wins
+CAUSES = (
+    (("unknown reward function",), "missing reward function"),
+    (("unknown task operator", "unknown experience operator"), "missing pipeline operator"),
+    (("got unknown argument",), "unknown part argument"),
+    (("tinker",), "needs an external service (Tinker)"),
+    (("megatron", "vllm", "gpu", "cuda"), "needs a GPU / vLLM-only feature"),
+    (("image_key", "video_key"), "missing feature (vision-language models)"),
+    (("is not a valid choice",), "missing feature"),
+    (("unknown key",), "unknown key"),
+    (("no such file",), "data path"),
+)
+
+
 @dataclass
 class Outcome:
     path: str
@@ -77,24 +91,9 @@ def categorize(error: str, config_text: str) -> str:
         if any(env in config for env in EXTERNAL_ENVS):
             return "needs an external environment"
         return "missing workflow"
-    if "unknown reward function" in text:
-        return "missing reward function"
-    if "unknown task operator" in text or "unknown experience operator" in text:
-        return "missing pipeline operator"
-    if "got unknown argument" in text:
-        return "unknown part argument"
-    if "tinker" in text:
-        return "needs an external service (Tinker)"
-    if "megatron" in text or "vllm" in text or "gpu" in text or "cuda" in text:
-        return "needs a GPU / vLLM-only feature"
-    if "image_key" in text or "video_key" in text:
-        return "missing feature (vision-language models)"
-    if "is not a valid choice" in text:
-        return "missing feature"
-    if "unknown key" in text:
-        return "unknown key"
-    if "no such file" in text:
-        return "data path"
+    for words, cause in CAUSES:
+        if any(word in text for word in words):
+            return cause
     return "other"
 
 
