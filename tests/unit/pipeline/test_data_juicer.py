@@ -9,6 +9,8 @@ service: tests/integration/test_data_juicer_service.py.
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
 
 import pytest
 
@@ -28,12 +30,14 @@ def test_missing_package_is_named_for_both_pipelines() -> None:
         TaskPipeline([{"name": "data_juicer", "args": {"process": [LENGTH_FILTER]}}])
 
 
-def test_importing_the_pipelines_does_not_import_data_juicer() -> None:
-    import sys
-
-    import trinity.pipeline  # noqa: F401
-
-    assert HAVE_DJ or "data_juicer" not in sys.modules
+def test_importing_the_pipelines_and_the_service_does_not_import_data_juicer() -> None:
+    # a fresh interpreter: the other tests here import Data-Juicer into this one
+    code = (
+        "import sys, trinity.pipeline, trinity.service.data_juicer.server; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'data_juicer'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 @pytest.mark.skipif(not HAVE_DJ, reason="Data-Juicer is not installed (pip install py-data-juicer)")
