@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,6 +39,15 @@ SERIAL = (
     "integration/explorer/test_rollout_engines.py",
     "unit/monitor/test_timeline.py",
     "unit/test_plugins.py",
+)
+
+
+# SERIAL tests that need a Ray instance of their own (they start nodes with options of
+# their own, or check how a run finds or starts a cluster); every other SERIAL test joins
+# the suite's one head (``shared_ray_head``)
+OWN_RAY = (
+    "integration/test_ray_cluster.py",
+    "integration/test_data_parallel.py::test_trinity_run_places_two_ranks",
 )
 
 
@@ -102,3 +115,40 @@ def tiny_model_dir(smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     return out
+
+
+@pytest.fixture(scope="session")
+def shared_ray_head() -> Iterator[str]:
+    """A Ray head (``ray start --head``) that the SERIAL tests' runs join, so that the
+    suite starts Ray once instead of once per run (5-15 s each on 2 cores); returns its
+    address. It keeps its files in a temp dir of its own, so it is not the machine's
+    "current" cluster (``/tmp/ray/ray_current_cluster``) that a run started without an
+    address would find; its workers run at normal priority, as those of a cluster that
+    ``trinity run`` starts itself."""
+    from cli_testing import ray_environment, ray_nodes, start_ray_head
+
+    # short: Ray puts its sockets below it, and a socket path has at most 107 characters
+    temp_dir = tempfile.mkdtemp(prefix="trinity-ray-", dir="/tmp")
+    with ray_nodes(ray_environment()) as start:
+        _, address = start_ray_head(
+            start,
+            "--num-cpus",
+            str(os.cpu_count() or 1),
+            "--include-dashboard",
+            "false",
+            "--temp-dir",
+            temp_dir,
+            "--system-config",
+            json.dumps({"worker_niceness": 0}),
+        )
+        yield address
+
+
+@pytest.fixture(autouse=True)
+def _serial_runs_join_the_shared_head(request: pytest.FixtureRequest, monkeypatch) -> None:
+    """``RAY_ADDRESS`` of the shared head for a SERIAL test (not OWN_RAY): the ``trinity
+    run`` processes it starts join that cluster, as a run on a machine with a running
+    cluster does."""
+    nodeid = request.node.nodeid.removeprefix("tests/")
+    if nodeid.startswith(SERIAL) and not nodeid.startswith(OWN_RAY):
+        monkeypatch.setenv("RAY_ADDRESS", request.getfixturevalue("shared_ray_head"))

@@ -72,6 +72,12 @@ def test_sft_warmup_then_grpo(tiny_model_dir: Path, tmp_path: Path) -> None:
     assert rft_rows[0]["actor/kl_loss"] == 0.0
     assert (rft / "global_step_2/actor/model_world_size_1_rank_0.pt").exists()
     assert (rft / "log" / "explorer.log").exists() and not (sft / "log" / "explorer.log").exists()
+    # stage 2 trained in the process of stage 1's trainer (trinity.launch.stage_actors)
+    sft_pids, rft_pids = (
+        json.loads((d / "placement.json").read_text())["pids"] for d in (sft, rft)
+    )
+    assert rft_pids["trainer_ranks"] == sft_pids["trainer_ranks"]
+    assert "explorer" not in sft_pids and "explorer" in rft_pids
 
 
 @pytest.mark.slow

@@ -10,7 +10,8 @@ default concurrency of one does not abort.
 :func:`deferred_start_errors` wraps a role class so that its constructor keeps the
 exception instead of raising it, and every public method raises it: the actor starts,
 the driver's first call (``run``, ``setup``) fails with the original exception and
-traceback, and the run stops the actors as after any failed step.
+traceback, and the run stops the actors as after any failed step. Methods marked
+``ignores_start_error`` (a reused actor's ``retire`` and ``restart``) are not guarded.
 """
 
 from __future__ import annotations
@@ -45,5 +46,7 @@ def deferred_start_errors(cls: type) -> type:
     for klass in reversed(cls.__mro__[:-1]):  # inherited public methods too, not object's
         for name, member in vars(klass).items():
             if not name.startswith("_") and callable(member) and not isinstance(member, type):
-                namespace[name] = _guarded(member)
+                # (a reused actor's retire and restart: stage_actors.py)
+                if not getattr(member, "ignores_start_error", False):
+                    namespace[name] = _guarded(member)
     return type(cls.__name__, (cls,), namespace)

@@ -27,6 +27,7 @@ from typing import Any
 
 from trinity.config import Config, expand_stages, to_yaml
 from trinity.config import job_dir as get_job_dir
+from trinity.launch.stage_actors import StageActors, reusable
 from trinity.utils.resources import EXPLORER_CPUS, SERVICE_CPUS
 
 logger = logging.getLogger("trinity.launch")
@@ -138,12 +139,16 @@ def run(config: Config, plugin_dirs: Sequence[str | Path] = ()) -> list[dict[str
     stages = expand_stages(config, now=datetime.now())
     results = []
     previous_model: str | None = None
-    for index, stage in enumerate(stages):
-        if previous_model is not None:
-            stage = start_from(stage, previous_model)
-        result = run_stage(stage, plugin_dirs, export_final=index + 1 < len(stages))
-        results.append(result)
-        previous_model = result.get("final_model_dir") or previous_model
+    kept = StageActors()  # the actors a stage hands on to the next
+    try:
+        for index, stage in enumerate(stages):
+            if previous_model is not None:
+                stage = start_from(stage, previous_model)
+            result = run_stage(stage, plugin_dirs, export_final=index + 1 < len(stages), kept=kept)
+            results.append(result)
+            previous_model = result.get("final_model_dir") or previous_model
+    finally:
+        kept.kill_all()
     return results
 
 
@@ -215,10 +220,16 @@ def run_bench(config: Config) -> dict[str, Any]:
 
 
 def run_stage(
-    config: Config, plugin_dirs: Sequence[str] = (), *, export_final: bool = False
+    config: Config,
+    plugin_dirs: Sequence[str] = (),
+    *,
+    export_final: bool = False,
+    kept: StageActors | None = None,
 ) -> dict[str, Any]:
     """Run one stage (mode both, train or explore); ``export_final`` writes its final
-    policy as a Hugging Face directory, reported as ``final_model_dir``."""
+    policy as a Hugging Face directory, reported as ``final_model_dir``, for a next
+    stage, to which the stage also hands on its actors through ``kept``
+    (``trinity.launch.stage_actors``)."""
     import ray
 
     from trinity.config.algorithm_defaults import trains_on_dataset
@@ -282,38 +293,52 @@ def run_stage(
         f"[trinity] ray: {how} ({ray.cluster_resources().get('CPU', 0):.0f} CPUs)", file=sys.stderr
     )
     # sync_method memory on one node: the weights travel through one shared-memory file
+    hand_on = export_final and kept is not None  # another stage follows
+    kept = kept if kept is not None else StageActors()
     with weight_slot(config) as slot:
-        synchronizer = ray.remote(Synchronizer).options(num_cpus=SERVICE_CPUS).remote(slot)
-        actors: list[Any] = [synchronizer]
-        refs: dict[str, Any] = {}
+        # each actor with the key under which a next stage may take it over (None: never)
+        actors: list[tuple[Any, Any]] = []
+        rebuilding: list[Any] = []  # kept actors building this stage's role
+
+        def start(key, create, *args):
+            actor, rebuilt = kept.start(key, create, *args)
+            actors.append((actor, key))
+            rebuilding.extend([rebuilt] if rebuilt is not None else [])
+            return actor
+
+        synchronizer = start(
+            ("synchronizer",),
+            lambda: ray.remote(reusable(Synchronizer)).options(num_cpus=SERVICE_CPUS),
+            slot,
+        )
         buffer = None
         if not trains_on_dataset(config):
             exp_buf = config.buffer.trainer_input.experience_buffer
-            buffer = (
-                ray.remote(_BufferActor)
-                .options(num_cpus=SERVICE_CPUS, max_concurrency=16, name=exp_buf.name)
-                .remote(exp_buf)
+            buffer = start(
+                ("buffer", exp_buf.name),
+                lambda: ray.remote(reusable(_BufferActor)).options(
+                    num_cpus=SERVICE_CPUS, max_concurrency=16, name=exp_buf.name
+                ),
+                exp_buf,
             )
-            actors.append(buffer)
         explorer = None
         if mode in ("both", "explore"):
-            explorer = (
-                ray.remote(deferred_start_errors(ExplorerRole))
-                .options(
+            # its workflow runners are threads: they see explorer.env_vars here
+            runtime_env = actor_env(config.explorer.env_vars)
+            explorer = start(
+                ("explorer", config.explorer.name, repr(runtime_env)),
+                lambda: ray.remote(deferred_start_errors(reusable(ExplorerRole))).options(
                     num_cpus=EXPLORER_CPUS,
                     max_concurrency=2,
                     name=config.explorer.name,
-                    # its workflow runners are threads: they see explorer.env_vars here
-                    runtime_env=actor_env(config.explorer.env_vars),
-                )
-                .remote(config, str(job_dir), model_dir, buffer, synchronizer, plugin_dirs)
+                    runtime_env=runtime_env,
+                ),
+                *(config, str(job_dir), model_dir, buffer, synchronizer, plugin_dirs),
             )
-            actors.append(explorer)
-            refs["explorer"] = explorer.run.remote(total_steps, start_step)
         if mode in ("both", "train"):
             trainer_actors = start_trainer(
                 config,
-                TrainerRole,
+                reusable(TrainerRole),
                 (
                     config,
                     str(job_dir),
@@ -328,10 +353,19 @@ def run_stage(
                 model_dir=model_dir,
                 total_steps=total_steps,
                 plugin_dirs=plugin_dirs,
+                kept=kept,
             )
-            trainer = trainer_actors.lead
-            actors.extend(trainer_actors.ranks)
-            refs["trainer"] = trainer.run.remote(total_steps, start_step, export_hf=export_final)
+            actors.extend((rank, None) for rank in trainer_actors.ranks[1:])
+            actors.append((trainer_actors.lead, trainer_actors.key))
+            rebuilding.extend([trainer_actors.rebuilt] if trainer_actors.rebuilt else [])
+        ray.get(rebuilding)  # a start error is kept for the first call, as in a new actor
+        refs: dict[str, Any] = {}
+        if explorer is not None:
+            refs["explorer"] = explorer.run.remote(total_steps, start_step)
+        if trainer_actors is not None:
+            refs["trainer"] = trainer_actors.lead.run.remote(
+                total_steps, start_step, export_hf=export_final
+            )
         write_placement(job_dir, explorer, trainer_actors)
         results = _follow(
             refs, synchronizer, total_steps, "trainer" if "trainer" in refs else "explorer"
@@ -344,18 +378,18 @@ def run_stage(
             from trinity.monitor.timeline import write_ray_timeline
 
             write_ray_timeline(job_dir)
-        for actor in reversed(actors):
-            ray.kill(actor)
+        retiring, kept_names = [], set()
+        for actor, key in reversed(actors):
+            if hand_on and key is not None:
+                retiring.append(kept.keep(key, actor))
+                kept_names.add(key[1] if len(key) > 1 else None)
+            else:
+                ray.kill(actor)
+        ray.get(retiring)
         # the next stage names its actors the same way; a name is free once its actor is gone
         rank_names = trainer_actors.release() if trainer_actors is not None else []
-        _wait_until_released(
-            [
-                config.explorer.name,
-                config.trainer.name,
-                _experience_buffer_name(config),
-                *rank_names,
-            ]
-        )
+        names = [config.explorer.name, config.trainer.name, _experience_buffer_name(config)]
+        _wait_until_released([n for n in names if n not in kept_names] + rank_names)
     return _summarise(config, job_dir, results, model_dir)
 
 

@@ -14,6 +14,7 @@ different nodes), each holding that node's ``n_gpus_per_node`` ranks.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,6 +30,7 @@ from trinity.utils.resources import TRAINER_CPUS
 from trinity.utils.threads import torch_thread_method
 
 if TYPE_CHECKING:
+    from trinity.launch.stage_actors import StageActors
     from trinity.trainer.distributed import RankInfo
 
 
@@ -152,6 +154,10 @@ class TrainerActors:
     ranks: list[Any]  # every rank's actor, rank 0 first
     placement_group: Any | None
     names: list[str]  # the actor names of ranks 1..N-1
+    # a one-rank trainer a next stage may take over (trinity.launch.stage_actors): the
+    # key it is kept under, and the ref of its rebuild when this stage took it over
+    key: Any = None
+    rebuilt: Any = None
 
     def shutdown(self) -> None:
         """All ranks leave the process group together (before the actors are killed)."""
@@ -174,15 +180,27 @@ def start_trainer(
     model_dir: str,
     total_steps: int,
     plugin_dirs: Sequence[str],
+    kept: StageActors | None = None,
 ) -> TrainerActors:
-    """Start the trainer's ranks; ``role_cls(*role_args, workers=...)`` is rank 0."""
+    """Start the trainer's ranks; ``role_cls(*role_args, workers=...)`` is rank 0. A
+    one-rank trainer is taken from ``kept`` when an earlier stage left one there."""
     on_gpu = bool(config.cluster.gpu_per_node) and ray.cluster_resources().get("GPU", 0) > 0
     layout = trainer_layout(config, on_gpu=on_gpu)
     check_data_parallel(config, layout)
     options = {"num_cpus": TRAINER_CPUS, "num_gpus": 1 if on_gpu else 0}
     if layout.world_size == 1:
-        lead = _rank_options(role_cls, config.trainer.name, options).remote(*role_args)
-        return TrainerActors(lead, [lead], None, [])
+        name = config.trainer.name
+
+        def create():
+            return _rank_options(role_cls, name, options)
+
+        if kept is None or config.synchronizer.sync_method == "nccl":
+            # (an NCCL weight group is the trainer's for its whole life)
+            lead = create().remote(*role_args)
+            return TrainerActors(lead, [lead], None, [])
+        key = ("trainer", name, options["num_gpus"])
+        lead, rebuilt = kept.start(key, create, *role_args)
+        return TrainerActors(lead, [lead], None, [], key=key, rebuilt=rebuilt)
     group = _reserve(layout, on_gpu)
     strategies = [
         ray.util.scheduling_strategies.PlacementGroupSchedulingStrategy(
@@ -236,17 +254,27 @@ def _node_of(actor) -> str:
     return ray.get(actor.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()))
 
 
+def _pid_of(actor) -> int:
+    return ray.get(actor.__ray_call__.remote(lambda self: os.getpid()))
+
+
 def write_placement(job_dir: Path, explorer: Any | None, trainer: TrainerActors | None) -> dict:
     """Record the Ray node id of the explorer and of each trainer rank in
-    ``<job_dir>/placement.json`` (which node ran what, for multi-node runs)."""
+    ``<job_dir>/placement.json`` (which node ran what, for multi-node runs), and under
+    ``"pids"`` their process ids (a stage run in the processes of the stage before it
+    shows that stage's ids, ``trinity.launch.stage_actors``)."""
     from trinity.trainer import checkpoint as ckpt
 
     placement: dict[str, Any] = {}
+    pids: dict[str, Any] = {}
     try:
         if explorer is not None:
             placement["explorer"] = _node_of(explorer)
+            pids["explorer"] = _pid_of(explorer)
         if trainer is not None:
             placement["trainer_ranks"] = [_node_of(actor) for actor in trainer.ranks]
+            pids["trainer_ranks"] = [_pid_of(actor) for actor in trainer.ranks]
+        placement["pids"] = pids
     except ray.exceptions.RayActorError as exc:
         # the actor failed to start; the run's own wait reports why
         logging.getLogger("trinity.launch").warning("placement not recorded: %s", exc)

@@ -1,0 +1,77 @@
+"""Actors that one stage of a run hands on to the next, instead of each stage starting its own.
+
+A stage's actors (synchronizer, experience buffer, explorer, a one-rank trainer) each
+live in a Ray worker process that imports torch, transformers and the run's plugins
+before it builds anything: several seconds per process on a small machine, paid again
+by every stage. When another stage follows, a stage keeps these processes: each actor
+drops what its role built (:meth:`Reusable.retire`) and the next stage builds its role
+in the same process (:meth:`Reusable.restart`, the constructor with the new stage's
+arguments). An actor is handed on only to a stage that would start it with the same
+Ray options (name, resources, runtime environment); the others are killed at the end of
+their stage as before, and so is every kept actor when the run ends or fails.
+
+Not handed on: the trainer's ranks of a data-parallel group (they leave their process
+group at the end of the stage) and a trainer that serves an NCCL weight group.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable, Hashable
+from typing import Any
+
+
+class Reusable:
+    """A role that can be rebuilt in its actor's process for the next stage."""
+
+    def retire(self) -> None:
+        """Drop everything this role built, so an idle actor holds no model or buffer
+        while other stages run; the next call is :meth:`restart` or none."""
+        self.__dict__.clear()
+        gc.collect()
+        from trinity.utils.memory import release_free_memory
+
+        release_free_memory()
+
+    retire.ignores_start_error = True  # type: ignore[attr-defined]
+
+    def restart(self, *args: Any, **kwargs: Any) -> None:
+        """Build the role again, as a new actor's constructor would with these arguments
+        (through ``deferred_start_errors``'s constructor where the class is wrapped)."""
+        type(self).__init__(self, *args, **kwargs)
+
+    restart.ignores_start_error = True  # type: ignore[attr-defined]
+
+
+def reusable(cls: type) -> type:
+    """A subclass of ``cls`` with :class:`Reusable`'s methods; it keeps ``cls``'s name."""
+    return type(cls.__name__, (cls, Reusable), {"__doc__": cls.__doc__})
+
+
+class StageActors:
+    """The actors kept between the stages of one run, by the options that started them."""
+
+    def __init__(self) -> None:
+        self._idle: dict[Hashable, Any] = {}
+
+    def start(self, key: Hashable, create: Callable[[], Any], *args: Any) -> tuple[Any, Any]:
+        """A kept actor for ``key`` rebuilt with ``args``, or ``create()`` started with
+        them; returns ``(actor, ref)``, where ``ref`` is the rebuild's ray ref (None for a
+        new actor). Wait for the ref before calling the actor: its calls may run
+        concurrently."""
+        actor = self._idle.pop(key, None)
+        if actor is None:
+            return create().remote(*args), None
+        return actor, actor.restart.remote(*args)
+
+    def keep(self, key: Hashable, actor: Any) -> Any:
+        """Retire ``actor``'s role and keep it for a later stage; returns the retire ref."""
+        self._idle[key] = actor
+        return actor.retire.remote()
+
+    def kill_all(self) -> None:
+        import ray
+
+        for actor in self._idle.values():
+            ray.kill(actor)
+        self._idle.clear()
