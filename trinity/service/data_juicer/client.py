@@ -139,16 +139,20 @@ class _LocalServer:
             # one progress bar per operator and request would flood this process's log
             env={**os.environ, "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"},
         )
-        threading.Thread(target=self._copy_output, name="data-juicer-log", daemon=True).start()
+        reader = threading.Thread(target=self._copy_output, name="data-juicer-log", daemon=True)
+        reader.start()
         deadline = time.monotonic() + timeout
         while not self._bound.wait(0.1):
-            if self._proc.poll() is not None or time.monotonic() > deadline:
+            exited = self._proc.poll() is not None
+            if exited or time.monotonic() > deadline:
                 self.stop()
+                reader.join(timeout=5)  # its last lines say why
                 why = self._last_lines[-1] if self._last_lines else "no output"
+                when = f"exit code {self._proc.returncode}" if exited else f"{timeout:.0f} s"
                 hint = "; choose another port, or 0 for any free one" if "bind" in why else ""
                 raise DataJuicerServiceError(
                     f"service.data_juicer.port={port}: the Data-Juicer service did not start "
-                    f"within {timeout:.0f}s ({why}){hint}"
+                    f"({when}: {why}){hint}"
                 )
         self.url = f"http://127.0.0.1:{self.port}"
 
