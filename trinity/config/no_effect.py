@@ -73,12 +73,6 @@ NO_EFFECT: dict[str, str] = {
             ("enable_log_requests", "vLLM-only: requests are not logged one by one"),
         )
     },
-    **{
-        f"explorer.over_rollout.{key}": (
-            "not implemented: an explore step waits for all its tasks (at most max_timeout)"
-        )
-        for key in ("ratio", "wait_after_min", "return_partial_tasks")
-    },
     # tasksets and buffers
     **{
         f"{storage}.{key}": why

@@ -397,6 +397,15 @@ def _check_explorer(cfg: Config) -> None:
             valid="a number in [0, 1); 0 waits for every task",
         )
     _at_least("explorer.over_rollout.wait_after_min", explorer.over_rollout.wait_after_min, 0)
+    ratio = explorer.over_rollout.ratio
+    if not 0 <= ratio < 1:
+        raise ConfigError(
+            "explorer.over_rollout.ratio",
+            "must lie in [0, 1): the share of a step's tasks it may go on without",
+            value=ratio,
+            valid="a number in [0, 1); 0 waits for every task",
+        )
+    _at_least("explorer.over_rollout.wait_after_min", explorer.over_rollout.wait_after_min, 0)
     engines = [("explorer.rollout_model", explorer.rollout_model)]
     engines += [
         (f"explorer.auxiliary_models[{i}]", m) for i, m in enumerate(explorer.auxiliary_models)

@@ -9,6 +9,7 @@ these (and talks to the buffer and synchronizer) lives in ``trinity.launch``.
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 import time
 from pathlib import Path
@@ -25,8 +26,12 @@ from trinity.explorer.best_of_group import keep_best_of_group
 from trinity.explorer.dynamic_sampling import Fill, fill_groups
 from trinity.explorer.engines import ModelReplicas, RolloutEngines
 from trinity.explorer.metrics import eval_metrics, rollout_metrics, score
-from trinity.explorer.runner import RunnerPool, RunResult
+from trinity.explorer.runner import OverRollout, RunnerPool, RunResult
 from trinity.types import Experience, Task
+
+
+# RunResult counts a step adds up over its rounds
+_COUNTS = ("failed", "timed_out", "skipped", "cut", "partial", "retries", "refused_calls")
 
 
 def make_taskset_reader(
@@ -195,13 +200,25 @@ class Explorer:
         first_slot = round_ * self.config.buffer.batch_size
         for slot, task in enumerate(tasks, start=first_slot):
             task.rollout_args.setdefault("seed", rollout_seed(self.config.seed, step, slot))
-        part = self.runners.run_tasks(tasks, batch_id=step)
-        for name in ("failed", "timed_out", "skipped", "retries", "refused_calls"):
+        part = self.runners.run_tasks(tasks, batch_id=step, over_rollout=self._over_rollout(tasks))
+        for name in _COUNTS:
             setattr(result, name, getattr(result, name) + getattr(part, name))
         result.abandoned_alive = part.abandoned_alive
         for exp in part.experiences:
             exp.info["model_version"] = self.model_version
         return part.experiences
+
+    def _over_rollout(self, tasks: list[Task]) -> OverRollout | None:
+        """``explorer.over_rollout``: a round waits for ceil((1 - ratio) * its tasks) of
+        its tasks, then at most ``wait_after_min`` seconds for the rest; ratio 0: all."""
+        over = self.config.explorer.over_rollout
+        if over.ratio <= 0:
+            return None
+        return OverRollout(
+            enough=math.ceil(len(tasks) * (1 - over.ratio)),
+            wait_s=over.wait_after_min,
+            keep_partial=over.return_partial_tasks,
+        )
 
     def explore_step(self, step: int) -> tuple[list[Experience], dict[str, float]] | None:
         """Roll out one batch of tasks; None when the taskset is exhausted.
@@ -271,6 +288,16 @@ class Explorer:
                 result.failed,
                 result.timed_out,
                 result.skipped,
+            )
+        if self.config.explorer.over_rollout.ratio > 0:
+            metrics["rollout/over_rollout/cut_tasks"] = float(result.cut)
+            metrics["rollout/over_rollout/partial_tasks"] = float(result.partial)
+        if result.cut:
+            self.logger.info(
+                "explore step %d: over-rollout cut %d slow task(s) (finished runs of %d kept)",
+                step,
+                result.cut,
+                result.partial,
             )
         return result.experiences, metrics
 

@@ -32,6 +32,12 @@ are one advantage group, in task order. A part that fails or times out counts al
 
 Failures never stop the step: they are counted, logged with their traceback, and the
 step completes with the rest.
+
+With an :class:`OverRollout` rule (``explorer.over_rollout``) a call does not wait for
+its slowest tasks: once ``enough`` of them have ended it waits at most ``wait_s``
+seconds more, then cuts the rest. Their running parts are abandoned as timed-out ones
+are (wrappers closed, threads left to end), their parts not started are dropped, and
+the experiences of their finished parts are kept only with ``keep_partial``.
 """
 
 from __future__ import annotations
@@ -63,6 +69,8 @@ class RunResult:
     failed: int = 0  # tasks that raised on every try
     timed_out: int = 0  # tasks abandoned after max_timeout
     skipped: int = 0  # tasks not started: every slot rested (too many abandoned threads)
+    cut: int = 0  # tasks given up unfinished by over-rollout
+    partial: int = 0  # cut tasks whose finished runs were kept (over-rollout keep_partial)
     retries: int = 0
     abandoned_alive: int = 0  # threads of abandoned tasks still running at the end
     refused_calls: int = 0  # model calls of abandoned tasks refused during this call
@@ -137,18 +145,74 @@ class _Abandoned:
 _REST_POLL_S = 0.1  # how often a call with resting slots checks for ended threads
 
 
+@dataclass
+class OverRollout:
+    """When a call gives up its slowest tasks (Trinity-RFT's ``explorer.over_rollout``).
+
+    Once ``enough`` tasks have ended (finished, failed or timed out; a task split by
+    ``max_repeat_times_per_runner`` ends with its last part), the call waits at most
+    ``wait_s`` seconds more for the others, then cuts the ones still unfinished.
+    ``keep_partial``: a cut task's finished parts keep their experiences.
+    """
+
+    enough: int
+    wait_s: float
+    keep_partial: bool = False
+
+    def __post_init__(self) -> None:
+        if self.enough < 0 or self.wait_s < 0:
+            raise ValueError(
+                f"over-rollout needs enough >= 0 and wait_s >= 0, got {self.enough}, {self.wait_s}"
+            )
+
+
+@dataclass
+class _Progress:
+    """Which tasks of a call have ended, and when its over-rollout cutoff falls."""
+
+    owners: list[int]  # task position of each part
+    rule: OverRollout | None
+    open_parts: dict[int, int] = field(default_factory=dict)  # task position -> parts left
+    ended: int = 0
+    cutoff: float | None = None  # time.monotonic() at which unfinished tasks are cut
+
+    def __post_init__(self) -> None:
+        for owner in self.owners:
+            self.open_parts[owner] = self.open_parts.get(owner, 0) + 1
+        self._start_countdown()
+
+    def part_ended(self, position: int) -> None:
+        owner = self.owners[position]
+        self.open_parts[owner] -= 1
+        if self.open_parts[owner] == 0:
+            self.ended += 1
+            self._start_countdown()
+
+    def _start_countdown(self) -> None:
+        if self.rule is not None and self.cutoff is None and self.ended >= self.rule.enough:
+            self.cutoff = time.monotonic() + self.rule.wait_s
+
+    def seconds_left(self) -> float:
+        return float("inf") if self.cutoff is None else self.cutoff - time.monotonic()
+
+
 def split_repeats(tasks: Sequence[Task], most: int | None) -> list[tuple[Task, int]]:
     """``(part, run offset)`` of each task: ``repeat_times`` cut into parts of <= ``most``."""
+    return [(part, offset) for _, part, offset in _parts(tasks, most)]
+
+
+def _parts(tasks: Sequence[Task], most: int | None) -> list[tuple[int, Task, int]]:
+    """``(task position, part, run offset)`` of the parts of ``tasks``, in task order."""
     if most is None:
-        return [(task, 0) for task in tasks]
+        return [(i, task, 0) for i, task in enumerate(tasks)]
     parts = []
-    for task in tasks:
+    for i, task in enumerate(tasks):
         for offset in range(0, max(task.repeat_times, 1), most):
             runs = min(most, task.repeat_times - offset) if task.repeat_times > 0 else 1
             part = (
                 task if runs == task.repeat_times else dataclasses.replace(task, repeat_times=runs)
             )
-            parts.append((part, offset))
+            parts.append((i, part, offset))
     return parts
 
 
@@ -242,21 +306,31 @@ class RunnerPool:
             self._refused_by_ended += record.wrappers.refused_calls
             self._abandoned.remove(record)
 
-    def run_tasks(self, tasks: list[Task], batch_id: int | str) -> RunResult:
-        """Run every task once (with retries); experiences come back in task order."""
+    def run_tasks(
+        self, tasks: list[Task], batch_id: int | str, over_rollout: OverRollout | None = None
+    ) -> RunResult:
+        """Run every task once (with retries); experiences come back in task order.
+
+        With ``over_rollout`` the call ends early, cutting its slowest tasks.
+        """
         if self._closed:
             raise RuntimeError("the runner pool is closed")
         result = RunResult()
         refused_before = self.refused_calls
         finished: queue.Queue[tuple[int, _Outcome]] = queue.Queue()  # this call's only
-        parts = split_repeats(tasks, self.max_repeat_times_per_runner)
-        tasks = [part for part, _ in parts]
+        parts = _parts(tasks, self.max_repeat_times_per_runner)
+        progress = _Progress([owner for owner, _, _ in parts], over_rollout)
+        tasks = [part for _, part, _ in parts]
         todo = deque(enumerate(tasks))
         free = deque(s for s in self.slots if s not in self._resting)
         running: dict[int, _Running] = {}
         per_task: dict[int, list[Experience]] = {}
         tokens = itertools.count()
         while todo or running:
+            if progress.seconds_left() <= 0:
+                assert over_rollout is not None
+                self._cut(todo, running, tasks, progress, per_task, result, over_rollout)
+                break
             self._wake_resting(free)
             while todo and free:
                 slot, (position, task) = free.popleft(), todo.popleft()
@@ -269,7 +343,7 @@ class RunnerPool:
                         slot.logger,
                         slot.wrappers,
                         task,
-                        parts[position][1],
+                        parts[position][2],
                         batch_id,
                         token,
                         finished,
@@ -287,17 +361,20 @@ class RunnerPool:
                 self._skip(todo, tasks, result)
                 break
             wait = min(r.deadline for r in running.values()) - time.monotonic()
+            wait = min(wait, progress.seconds_left())
             if todo and self._resting:
                 wait = min(wait, _REST_POLL_S)
             try:
                 token, outcome = finished.get(timeout=max(wait, 0))
             except queue.Empty:
-                self._expire(running, tasks, free, result)
+                for position in self._expire(running, tasks, free, result):
+                    progress.part_ended(position)
                 continue
             done = running.pop(token, None)
             if done is None:  # an abandoned task's thread ended; its outcome is void
                 continue
             free.append(done.slot)
+            progress.part_ended(done.position)
             result.retries += outcome.retries
             if outcome.ok:
                 per_task[done.position] = outcome.experiences
@@ -315,16 +392,16 @@ class RunnerPool:
         tasks: list[Task],
         free: deque[_Slot],
         result: RunResult,
-    ) -> None:
-        """Abandon the tasks past their deadline: close their wrappers, free their slots."""
+    ) -> list[int]:
+        """Abandon the tasks past their deadline; returns their positions."""
         now = time.monotonic()
+        expired = []
         for token, entry in list(running.items()):
             if entry.deadline > now:
                 continue
             del running[token]
-            entry.abandoned.set()
-            slot, task = entry.slot, tasks[entry.position]
-            slot.logger.error(
+            task = tasks[entry.position]
+            entry.slot.logger.error(
                 "task %s of taskset '%s' timed out after %.0fs (explorer.max_timeout); "
                 "abandoned, its model calls are refused from now on",
                 task.index,
@@ -332,26 +409,71 @@ class RunnerPool:
                 self.max_timeout,
             )
             result.timed_out += 1
-            entry.wrappers.close()
-            self._abandoned.append(_Abandoned(entry.thread, entry.wrappers))
-            if self.abandoned_running > self.max_abandoned:
-                self._resting.append(slot)
-                slot.logger.error(
-                    "%d abandoned workflow threads are alive, more than max_abandoned=%d: "
-                    "runner slot %d rests until they are down to %d",
-                    self.abandoned_running,
-                    self.max_abandoned,
-                    slot.index,
-                    self.max_abandoned,
-                )
-            else:
-                slot.renew()
-                free.append(slot)
+            self._abandon(entry, free)
+            expired.append(entry.position)
         if self.abandoned_running:
             self.slots[0].logger.warning(
                 "%d abandoned workflow thread(s) still running in the background",
                 self.abandoned_running,
             )
+        return expired
+
+    def _abandon(self, entry: _Running, free: deque[_Slot]) -> None:
+        """Close a running task's wrappers and let its thread go; free or rest its slot."""
+        entry.abandoned.set()
+        entry.wrappers.close()
+        self._abandoned.append(_Abandoned(entry.thread, entry.wrappers))
+        slot = entry.slot
+        if self.abandoned_running > self.max_abandoned:
+            self._resting.append(slot)
+            slot.logger.error(
+                "%d abandoned workflow threads are alive, more than max_abandoned=%d: "
+                "runner slot %d rests until they are down to %d",
+                self.abandoned_running,
+                self.max_abandoned,
+                slot.index,
+                self.max_abandoned,
+            )
+        else:
+            slot.renew()
+            free.append(slot)
+
+    def _cut(
+        self,
+        todo: deque[tuple[int, Task]],
+        running: dict[int, _Running],
+        tasks: list[Task],
+        progress: _Progress,
+        per_task: dict[int, list[Experience]],
+        result: RunResult,
+        rule: OverRollout,
+    ) -> None:
+        """Over-rollout: give up the tasks not ended; their running parts are abandoned,
+        the parts not started dropped, and the finished ones kept only with keep_partial."""
+        cut = {progress.owners[p] for p, _ in todo}
+        cut |= {progress.owners[entry.position] for entry in running.values()}
+        todo.clear()
+        for entry in running.values():
+            self._abandon(entry, deque())
+        running.clear()
+        finished_parts = [p for p in per_task if progress.owners[p] in cut]
+        if rule.keep_partial:
+            result.partial = len({progress.owners[p] for p in finished_parts})
+        else:
+            for position in finished_parts:
+                del per_task[position]
+        result.cut = len(cut)
+        self.slots[0].logger.warning(
+            "%d task(s) cut (first: task %s of taskset '%s'): %d of %d had ended %.0fs "
+            "before (explorer.over_rollout); finished runs of %d cut task(s) kept",
+            len(cut),
+            tasks[progress.owners.index(min(cut))].index,
+            tasks[progress.owners.index(min(cut))].taskset,
+            progress.ended,
+            len(progress.open_parts),
+            rule.wait_s,
+            result.partial,
+        )
 
     def _wake_resting(self, free: deque[_Slot]) -> None:
         """Give the resting slots new wrappers once few enough abandoned threads are alive."""

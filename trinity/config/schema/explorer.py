@@ -74,13 +74,17 @@ class OverRolloutConfig:
     """Trinity-RFT's over-rollout: a step goes on before its slowest tasks finish."""
 
     ratio: float = setting(
-        0.0, "a step waits for (1 - ratio) * batch_size tasks only; 0: waits for every task"
+        0.0,
+        "a step waits for ceil((1 - ratio) * batch_size) of its tasks, then wait_after_min "
+        "seconds for the rest, and cuts those unfinished; 0: waits for every task",
     )
     wait_after_min: float = setting(
         30.0, "seconds to wait for the rest once (1 - ratio) * batch_size tasks are done"
     )
     return_partial_tasks: bool = setting(
-        False, "keep the finished runs of a task cut short (split by max_repeat_times_per_runner)"
+        False,
+        "keep the finished runs of a cut task (one split by max_repeat_times_per_runner); "
+        "false: a cut task gives no experiences",
     )
 
 
