@@ -5,7 +5,8 @@
     GET  /health   -> {"status": "ok", "data_juicer": "<version>"}
     POST /process  {"process": [{"text_length_filter": {"min_len": 10}}], "rows": [{...}]}
                    -> {"rows": [...]}  the rows the recipe kept, filters' statistics
-                      under "__dj__stats__"; 400 for a recipe Data-Juicer cannot load
+                      under "__dj__stats__"; 400 for a recipe Data-Juicer cannot load,
+                      500 with the reason for one that fails on the rows
 
 It lets the data pipelines use a Data-Juicer installed in another environment or on
 another machine (``service.data_juicer.server_url``); ``service.data_juicer.auto_start``
@@ -84,7 +85,11 @@ def create_app() -> FastAPI:
     @app.post("/process")
     def process(request: ProcessRequest) -> ProcessResponse:
         with lock:
-            return ProcessResponse(rows=runner_for(request.process).run(request.rows))
+            runner = runner_for(request.process)
+            try:
+                return ProcessResponse(rows=runner.run(request.rows))
+            except Exception as exc:  # the reason goes back to the pipeline that sent the rows
+                raise HTTPException(500, f"the recipe failed: {type(exc).__name__}: {exc}") from exc
 
     return app
 
