@@ -157,9 +157,6 @@ NO_EFFECT: dict[str, str] = {
         "not implemented: checkpoints stay after loading"
     ),
     # services and pipelines
-    "data_processor.task_pipeline.num_process": (
-        "not implemented: the task pipeline runs in the driver's process"
-    ),
 }
 
 

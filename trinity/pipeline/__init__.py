@@ -8,7 +8,8 @@
 Built-in experience operators: ``reward_shaping_mapper``, ``invalid_reward_filter``,
 ``zero_variance_filter``, ``pass_rate_stats``, ``data_juicer``. Task operators:
 ``value_filter``, ``dedupe``, ``data_juicer``. New operators subclass
-``ExperienceOperator``/``TaskOperator`` and register with
+``ExperienceOperator``/``TaskOperator`` (``RowTaskOperator`` for one that looks at one
+row at a time, which ``num_process`` workers may share) and register with
 ``EXPERIENCE_OPERATORS.register(name)``/``TASK_OPERATORS.register(name)``.
 """
 
@@ -26,6 +27,7 @@ from trinity.pipeline.operator import (
     TASK_OPERATORS,
     ExperienceOperator,
     OperatorError,
+    RowTaskOperator,
     TaskOperator,
     build_operator,
 )
@@ -37,6 +39,7 @@ __all__ = [
     "ExperienceOperator",
     "ExperiencePipeline",
     "OperatorError",
+    "RowTaskOperator",
     "TaskOperator",
     "TaskPipeline",
     "build_operator",

@@ -45,6 +45,19 @@ class TaskOperator(ABC):
         """The rows to keep, possibly changed."""
 
 
+class RowTaskOperator(TaskOperator):
+    """A task operator that looks at one row at a time (a map or a filter): the task
+    pipeline may split the rows over ``num_process`` worker processes. Subclasses must
+    pickle (module-level classes with plain attributes do)."""
+
+    @abstractmethod
+    def process_row(self, row: dict[str, Any]) -> dict[str, Any] | None:
+        """The row to keep, possibly changed; None drops it."""
+
+    def process(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [out for row in rows if (out := self.process_row(row)) is not None]
+
+
 EXPERIENCE_OPERATORS: Registry[type[ExperienceOperator]] = Registry("experience operator")
 TASK_OPERATORS: Registry[type[TaskOperator]] = Registry("task operator")
 

@@ -13,11 +13,11 @@ import json
 import math
 from typing import Any
 
-from trinity.pipeline.operator import TASK_OPERATORS, OperatorError, TaskOperator
+from trinity.pipeline.operator import TASK_OPERATORS, OperatorError, RowTaskOperator, TaskOperator
 
 
 @TASK_OPERATORS.register("value_filter")
-class ValueFilter(TaskOperator):
+class ValueFilter(RowTaskOperator):
     def __init__(
         self,
         key: str,
@@ -39,8 +39,8 @@ class ValueFilter(TaskOperator):
         self.ranged = min_value is not None or max_value is not None
         self.keep_missing = keep_missing
 
-    def process(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [row for row in rows if self._keep(row)]
+    def process_row(self, row: dict[str, Any]) -> dict[str, Any] | None:
+        return row if self._keep(row) else None
 
     def _keep(self, row: dict[str, Any]) -> bool:
         if self.key not in row:

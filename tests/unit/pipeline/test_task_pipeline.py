@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from trinity.buffer import TasksetReader, read_rows
 from trinity.pipeline import (
     TASK_OPERATORS,
     OperatorError,
+    RowTaskOperator,
     TaskPipeline,
     build_operator,
     run_task_pipeline,
@@ -112,3 +114,51 @@ def test_run_task_pipeline_writes_a_taskset(tmp_path: Path) -> None:
     assert [t.prompt for t in reader.read_batch()] == ["1+1", "2+2", "3+3"]
     with pytest.raises(OperatorError, match="inputs names no task file"):
         run_task_pipeline(TaskPipelineConfig(inputs=[]), str(tmp_path / "x.jsonl"))
+
+
+class StampProcess(RowTaskOperator):
+    """Writes the id of the process that saw the row into it."""
+
+    def process_row(self, row: dict) -> dict:
+        return {**row, "pid": os.getpid()}
+
+
+def test_num_process_shares_row_operators_between_workers(tmp_path: Path) -> None:
+    rows = [{"question": f"{i % 9}*{i % 9}", "level": i % 4} for i in range(20)] + ROWS
+    (tmp_path / "raw.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    operators = [
+        {"name": "value_filter", "args": {"key": "level", "min_value": 1, "keep_missing": True}},
+        {"name": "dedupe", "args": {"keys": ["question"]}},  # needs every row: in this process
+        {"name": "value_filter", "args": {"key": "level", "drop_values": [2]}},
+        {"name": f"{__name__}.StampProcess"},
+    ]
+    outputs = {}
+    for num_process in (1, 2):
+        cfg = TaskPipelineConfig(
+            inputs=[str(tmp_path / "raw.jsonl")], operators=operators, num_process=num_process
+        )
+        out, metrics = run_task_pipeline(cfg, str(tmp_path / f"out_{num_process}.jsonl"))
+        outputs[num_process] = (read_rows(out), metrics)
+    (one, one_metrics), (two, two_metrics) = outputs[1], outputs[2]
+    assert [{k: v for k, v in r.items() if k != "pid"} for r in two] == [
+        {k: v for k, v in r.items() if k != "pid"} for r in one
+    ]
+    assert two_metrics == one_metrics and 0 < len(one) < len(rows)
+    assert {r["pid"] for r in one} == {os.getpid()}
+    # two workers, each a contiguous share (half of the rows before its filter ran)
+    pids = [r["pid"] for r in two]
+    assert len(set(pids)) == 2 and os.getpid() not in pids
+    assert sum(a != b for a, b in zip(pids[:-1], pids[1:], strict=True)) == 1
+
+
+class Fails(RowTaskOperator):
+    def process_row(self, row: dict) -> dict:
+        raise KeyError("no such field")
+
+
+def test_num_process_must_be_positive_and_a_worker_error_fails_the_pipeline() -> None:
+    with pytest.raises(OperatorError, match="num_process must be >= 1, got 0"):
+        TaskPipeline([], num_process=0)
+    pipeline = TaskPipeline([{"name": f"{__name__}.Fails"}], num_process=2)
+    with pytest.raises(OperatorError, match="worker 0: Traceback(.|\n)*KeyError: 'no such field'"):
+        pipeline.process(ROWS)
