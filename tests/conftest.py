@@ -152,3 +152,22 @@ def _serial_runs_join_the_shared_head(request: pytest.FixtureRequest, monkeypatc
     nodeid = request.node.nodeid.removeprefix("tests/")
     if nodeid.startswith(SERIAL) and not nodeid.startswith(OWN_RAY):
         monkeypatch.setenv("RAY_ADDRESS", request.getfixturevalue("shared_ray_head"))
+
+
+@pytest.fixture(scope="module")
+def ray_client(shared_ray_head: str):
+    """This test process as a driver of the shared head for a module's tests (they
+    start actors and tasks in-process); disconnects after the module, which ends the
+    actors it left."""
+    import ray
+
+    from trinity.launch.cluster import connect
+
+    before = os.environ.get("RAY_ADDRESS")
+    connect(shared_ray_head, "trinity-tests")
+    yield ray
+    ray.shutdown()
+    # ray.init exports the address; later tests of this worker must not inherit it
+    os.environ.pop("RAY_ADDRESS", None)
+    if before is not None:
+        os.environ["RAY_ADDRESS"] = before

@@ -210,15 +210,9 @@ def test_run_broadcasts_the_published_weights_to_every_engine(
 
 
 @pytest.fixture(scope="module")
-def local_ray():
-    import os
-
-    import ray
-
-    os.environ.pop("RAY_ADDRESS", None)
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
+def local_ray(ray_client):
+    """Ray for this module's tests: the suite's shared head (tests/conftest.py)."""
+    return ray_client
 
 
 @pytest.mark.slow  # starts a local Ray instance

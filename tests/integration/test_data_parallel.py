@@ -41,11 +41,9 @@ from trinity.trainer.trainer import Trainer  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def local_ray():
-    """A local Ray instance of this test's own (never the machine's running cluster)."""
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
+def local_ray(ray_client):
+    """Ray for this module's tests: the suite's shared head (tests/conftest.py)."""
+    return ray_client
 
 
 def config(model_dir: Path, tmp_path: Path, max_tokens: int | None = None, **trainer):

@@ -9,10 +9,9 @@ from trinity.sync.weights import from_object_store, to_object_store
 
 
 @pytest.fixture(scope="module")
-def local_ray():
-    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
+def local_ray(ray_client):
+    """Ray for this module's tests: the suite's shared head (tests/conftest.py)."""
+    return ray_client
 
 
 def test_round_trip_is_exact_and_reads_the_store_in_place(local_ray):

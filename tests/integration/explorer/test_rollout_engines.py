@@ -25,11 +25,9 @@ pytestmark = pytest.mark.slow  # starts a local Ray instance and an engine actor
 
 
 @pytest.fixture(scope="module")
-def local_ray():
-    os.environ.pop("RAY_ADDRESS", None)
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
+def local_ray(ray_client):
+    """Ray for this module's tests: the suite's shared head (tests/conftest.py)."""
+    return ray_client
 
 
 def test_two_engines_share_the_work_and_the_weights(
