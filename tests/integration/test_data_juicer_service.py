@@ -2,9 +2,9 @@
 
 Each key through the real parts: ``auto_start`` and ``port`` start
 ``python -m trinity.service.data_juicer.server`` from the task pipeline, ``server_url``
-sends an experience pipeline's rows to a server this module starts (and the same
-pipeline without a service runs Data-Juicer in its own process), and a URL where nothing
-listens fails in one line naming the key. The tests that run Data-Juicer need
+sends an experience pipeline's rows to a server this module starts, and a URL where
+nothing listens fails in one line naming the key. (Data-Juicer in the pipeline's own
+process: tests/unit/pipeline/test_data_juicer.py.) The tests that run Data-Juicer need
 the data_juicer extra (``pip install -e '.[data_juicer]'``, which ``make test``
 installs).
 """
@@ -102,18 +102,12 @@ def test_auto_start_on_a_port_in_use_names_the_port(server_url: str) -> None:
 
 @pytest.mark.slow
 @needs_dj
-@pytest.mark.parametrize("where", ["in-process", "server_url"])
-def test_filter_stats_feed_reward_shaping(
-    where: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
+def test_server_url_feeds_filter_stats_to_reward_shaping(server_url: str, tmp_path: Path) -> None:
     # the recipe file is read by the pipeline, which sends its operators to the service
     recipe = tmp_path / "dj.yaml"
     recipe.write_text(
         "process:\n  - text_length_filter:\n      min_len: 10\n      max_len: 100\n      num_proc: 1\n"
     )
-    service = None
-    if where == "server_url":
-        service = DataJuicerServiceConfig(server_url=request.getfixturevalue("server_url"))
     exps = [
         Experience(
             tokens=torch.tensor([1, 2, 3]),
@@ -137,7 +131,7 @@ def test_filter_stats_feed_reward_shaping(
                 },
             },
         ],
-        data_juicer=service,
+        data_juicer=DataJuicerServiceConfig(server_url=server_url),
     )
     try:
         out, metrics = pipeline.process(exps)
@@ -147,8 +141,8 @@ def test_filter_stats_feed_reward_shaping(
     assert [(e.eid.task, e.info["text_len"]) for e in out] == [(1, 20), (2, 50)]
     assert [e.reward for e in out] == pytest.approx([1.2, 1.5])
     assert metrics["data_juicer/dropped"] == 1.0
-    if service is not None:  # the service outlives a pipeline that only reached it
-        assert httpx.get(f"{service.server_url}/health").status_code == 200
+    # the service outlives a pipeline that only reached it
+    assert httpx.get(f"{server_url}/health").status_code == 200
 
 
 @needs_dj

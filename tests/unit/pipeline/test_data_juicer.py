@@ -2,8 +2,8 @@
 package; real operators with it.
 
 The second group runs only where Data-Juicer is installed (the data_juicer extra, which
-``make test`` installs). Experiences through Data-Juicer, in this process and on the
-service: tests/integration/test_data_juicer_service.py.
+``make test`` installs). Experiences through Data-Juicer and the Data-Juicer service:
+tests/integration/test_data_juicer_service.py.
 """
 
 from __future__ import annotations
