@@ -87,30 +87,33 @@ def run_view(args: argparse.Namespace) -> int:
 
 
 def _serve(source: ExperienceSource, args: argparse.Namespace) -> int:
-    from trinity.view.server import make_server
+    from trinity.view.server import bind, create_app, serve
 
+    app = create_app(source, default_limit=args.limit)
     try:
-        server = make_server(source, args.port, default_limit=args.limit)
+        sock = bind(args.port)
     except OSError as exc:
         print(
             f"trinity view: cannot listen on 127.0.0.1:{args.port} ({exc}); try --port 0",
             file=sys.stderr,
         )
         return 1
-    url = f"http://127.0.0.1:{server.server_port}/?offset={args.offset}&limit={args.limit}"
+    port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/?offset={args.offset}&limit={args.limit}"
     print(f"trinity view: {source.count()} experiences from {source.path}", flush=True)
     print(f"trinity view: open {url} (Ctrl-C stops)", flush=True)
-    # Ctrl-C and SIGTERM both end the loop with status 0, even when the parent started
-    # this process with SIGINT ignored (as shells do for background jobs).
+    # Ctrl-C and SIGTERM both end with status 0, even when the parent started this
+    # process with SIGINT ignored (as shells do for background jobs): uvicorn raises the
+    # signal it stopped on again once it is done, and these handlers turn it into
+    # KeyboardInterrupt.
     previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        server.serve_forever(poll_interval=0.2)
+        serve(app, sock)
     except KeyboardInterrupt:
         pass
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        server.server_close()
     return 0
 
 

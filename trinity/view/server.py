@@ -1,97 +1,93 @@
-"""The web viewer: a small HTTP server on 127.0.0.1 over one experience source.
+"""The web viewer: a FastAPI app on 127.0.0.1 over one experience source.
 
 Routes: ``/`` (a page of experiences; ``?offset=&limit=``), ``/experience/<i>`` (one
 experience with its per-token log-probabilities), ``/api/experiences?offset=&limit=``
 (the same data as JSON). The server only reads; it binds to the loopback address so
 the run's data is not exposed to the network.
+
+    sock = bind(port=0)                         # the port: sock.getsockname()[1]
+    serve(create_app(source), sock)             # until Ctrl-C / SIGTERM
 """
 
 from __future__ import annotations
 
-import json
-import re
+import socket
 import threading
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlparse
+from typing import Annotated
+
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 
 from trinity.view.records import ExperienceSource
 from trinity.view.render import detail_html, list_html
 
 HOST = "127.0.0.1"
 MAX_LIMIT = 500
-_DETAIL = re.compile(r"^/experience/(\d+)$")
+# module-level: FastAPI resolves the handlers' (string) annotations in this namespace
+Offset = Annotated[int, Query(ge=0)]
+Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT)]
 
 
-class BadRequest(ValueError):
-    pass
+def create_app(source: ExperienceSource, default_limit: int = 20) -> FastAPI:
+    """The viewer's routes over ``source``; a bad ``offset``/``limit`` answers 400."""
+    app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+    lock = threading.Lock()  # handlers run in a thread pool; one database read at a time
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(request: Request, exc: RequestValidationError) -> PlainTextResponse:
+        if any(error["loc"][0] == "path" for error in exc.errors()):  # /experience/abc
+            return PlainTextResponse(f"no page {request.url.path}\n", status_code=404)
+        return PlainTextResponse(
+            f"need integers offset >= 0 and 1 <= limit <= {MAX_LIMIT}\n", status_code=400
+        )
+
+    @app.get("/", response_class=HTMLResponse)
+    def experience_list(offset: Offset = 0, limit: Limit = default_limit) -> str:
+        with lock:
+            views, total = source.page(offset, limit), source.count()
+        return list_html(views, total, offset, limit, source.path)
+
+    @app.get("/api/experiences")
+    def experiences_json(offset: Offset = 0, limit: Limit = default_limit) -> dict:
+        with lock:
+            views, total = source.page(offset, limit), source.count()
+        return {"total": total, "offset": offset, "experiences": [v.to_json() for v in views]}
+
+    @app.get("/experience/{index}", response_class=HTMLResponse)
+    def experience_detail(index: int) -> Response:
+        with lock:
+            views, total = source.page(index, 1) if index >= 0 else [], source.count()
+        if not views:
+            return PlainTextResponse(f"no experience {index}\n", status_code=404)
+        return HTMLResponse(detail_html(views[0], total))
+
+    return app
 
 
-def make_server(
-    source: ExperienceSource, port: int = 0, default_limit: int = 20
-) -> ThreadingHTTPServer:
-    """A server bound to 127.0.0.1:``port`` (0: any free port; see ``server.server_port``)."""
-    lock = threading.Lock()  # one database read at a time
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (the name http.server calls)
-            url = urlparse(self.path)
-            query = parse_qs(url.query)
-            try:
-                with lock:
-                    if url.path == "/":
-                        offset, limit = _paging(query, default_limit)
-                        total = source.count()
-                        views = source.page(offset, limit)
-                        self._send(
-                            HTTPStatus.OK,
-                            "text/html",
-                            list_html(views, total, offset, limit, source.path),
-                        )
-                    elif url.path == "/api/experiences":
-                        offset, limit = _paging(query, default_limit)
-                        payload = {
-                            "total": source.count(),
-                            "offset": offset,
-                            "experiences": [v.to_json() for v in source.page(offset, limit)],
-                        }
-                        self._send(HTTPStatus.OK, "application/json", json.dumps(payload))
-                    elif match := _DETAIL.match(url.path):
-                        index = int(match.group(1))
-                        views = source.page(index, 1)
-                        if not views:
-                            self._send(
-                                HTTPStatus.NOT_FOUND, "text/plain", f"no experience {index}\n"
-                            )
-                        else:
-                            self._send(
-                                HTTPStatus.OK, "text/html", detail_html(views[0], source.count())
-                            )
-                    else:
-                        self._send(HTTPStatus.NOT_FOUND, "text/plain", f"no page {url.path}\n")
-            except BadRequest as exc:
-                self._send(HTTPStatus.BAD_REQUEST, "text/plain", f"{exc}\n")
-
-        def _send(self, status: HTTPStatus, content_type: str, body: str) -> None:
-            data = body.encode("utf-8")
-            self.send_response(status)
-            self.send_header("Content-Type", f"{content_type}; charset=utf-8")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-            pass  # keep the terminal for the URL line
-
-    return ThreadingHTTPServer((HOST, port), Handler)
-
-
-def _paging(query: dict[str, list[str]], default_limit: int) -> tuple[int, int]:
+def bind(port: int = 0) -> socket.socket:
+    """A listening socket on 127.0.0.1:``port`` (0: any free port); raises OSError."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        offset = int(query.get("offset", ["0"])[0])
-        limit = int(query.get("limit", [str(default_limit)])[0])
-    except ValueError:
-        raise BadRequest("offset and limit must be integers") from None
-    if offset < 0 or not 1 <= limit <= MAX_LIMIT:
-        raise BadRequest(f"need offset >= 0 and 1 <= limit <= {MAX_LIMIT}")
-    return offset, limit
+        sock.bind((HOST, port))
+        sock.listen()  # accept connections from now on, before the event loop starts
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def serve(app: FastAPI, sock: socket.socket) -> None:
+    """Serve ``app`` on ``sock`` in this thread until SIGINT or SIGTERM; closes ``sock``.
+
+    uvicorn handles both signals while it serves, then raises the one it caught again
+    with the handlers that were installed before.
+    """
+    import uvicorn
+
+    config = uvicorn.Config(app, log_level="warning", access_log=False)
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        sock.close()

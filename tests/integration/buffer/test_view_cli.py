@@ -134,6 +134,9 @@ def test_web_page_serves_list_detail_and_json(db: Path) -> None:
 
         assert get(f"{base}/experience/7")[0] == 404
         assert get(f"{base}/?offset=-1")[0] == 400
+        assert get(f"{base}/api/experiences?limit=many")[0] == 400
+        assert get(f"{base}/?limit=501")[0] == 400  # above MAX_LIMIT
+        assert get(f"{base}/experience/one")[0] == 404
         assert get(f"{base}/nothing")[0] == 404
     finally:
         proc.send_signal(signal.SIGINT)
@@ -171,11 +174,9 @@ def test_token_texts_from_a_decoder(db: Path) -> None:
 
 
 def test_server_binds_to_loopback_only(db: Path) -> None:
-    from trinity.view.server import make_server
+    from trinity.view.server import bind
 
-    source = ExperienceSource(str(db))
-    server = make_server(source, port=0)
-    assert server.server_address[0] == "127.0.0.1"
-    server.server_close()
-    source.close()
+    sock = bind(port=0)
+    assert sock.getsockname()[0] == "127.0.0.1" and sock.getsockname()[1] > 0
+    sock.close()
     assert os.path.exists(db)
