@@ -27,8 +27,8 @@ from typing import Any
 import ray
 
 from trinity.config import Config
+from trinity.launch.plugins import load_external_libs, load_plugins
 from trinity.launch.resume import derived_explorer_state, explorer_state_at, save_explorer_state
-from trinity.launch.run import load_external_libs, load_plugins
 from trinity.sync import weights
 from trinity.trainer import checkpoint as ckpt
 from trinity.utils.log import get_actor_logger
@@ -176,7 +176,7 @@ class ExplorerRole:
         if self.config.mode == "both":
             # merges the shards of however many trainer ranks wrote the checkpoint
             actor_dir = ckpt.step_dir(self.job_dir, step) / "actor"
-            from trinity.common.models.utils import load_fsdp_state_dict_from_verl_checkpoint
+            from trinity.trainer.checkpoint_merge import load_fsdp_state_dict_from_verl_checkpoint
 
             state = load_fsdp_state_dict_from_verl_checkpoint(actor_dir)
             self.explorer.load_weights(self.weights.full_weights(state), step)
