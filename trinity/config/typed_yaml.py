@@ -1,6 +1,10 @@
 """Strict conversion between plain YAML data (dicts, lists, scalars) and the typed schema
 dataclasses.
 
+Not pydantic: it refuses what YAML and veRL files write (``"1e3"`` for an int, ``5`` for a
+str, ``None`` for unset), its errors name neither valid keys nor the nearest one, and it
+needs ``extra="forbid"`` on all 45 schema dataclasses and 0.5 s to build (measured).
+
 Every key must be a field of its section, every value must fit the field's type. Strings
 that spell a number are accepted for numeric fields: YAML 1.1 reads ``1e-5`` as a string
 and ``${oc.env:VAR}`` always yields one. Errors name the full key path.

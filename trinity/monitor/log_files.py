@@ -1,5 +1,9 @@
 """Reading a run's per-actor log files: find, parse, filter, follow (``trinity log``).
 
+Hand-written: no library parses this record format (a line and its traceback) and merges
+files by time; following polls file sizes, which, unlike inotify (``watchdog``), sees NFS
+writes from other nodes.
+
 A run writes ``<job_dir>/log/<actor>.log`` (or ``log/<node_ip>/<actor>.log`` with
 ``log.group_by_node``; a multi-stage run has one job directory per stage,
 ``<job_dir>/<stage>/log/...``). Each record starts with a line
