@@ -24,15 +24,19 @@ reaches the engine (the runner closes the wrappers of a task it abandoned).
 from __future__ import annotations
 
 import asyncio
-import copy
 import threading
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from trinity.models.history import merge_conversations
+from trinity.models.rollout_calls import (
+    PreparedCall,
+    pack_experiences,
+    sampling_params,
+    stop_strings,
+)
 from trinity.models.sampling import Sample, SamplingParams
 from trinity.types import Experience
 
@@ -40,38 +44,13 @@ if TYPE_CHECKING:
     from trinity.models.engine import TransformersEngine
     from trinity.models.server import OpenAIServer
 
-# rollout_args keys, each the SamplingParams field of the same name (n is chat's own argument)
-_ROLLOUT_KEYS = {
-    "temperature",
-    "top_p",
-    "top_k",
-    "max_tokens",
-    "min_tokens",
-    "stop_token_ids",
-    "ignore_eos",
-    "seed",
-}
 # each refused call after the first waits this much longer (at most 1 s) before raising,
 # so a workflow that retries on every error does not spin a core once it was abandoned
 _REFUSAL_BACKOFF_S = 0.02
-# "stop": strings that end a response (cut after sampling); logprobs are always returned
-_EXTRA_KEYS = {"stop", "logprobs"}
 
 
 class ModelClosedError(RuntimeError):
     """A call on a closed :class:`ModelWrapper`; it never reached the engine."""
-
-
-@dataclass
-class _Prepared:
-    """Prompts ready for the engine plus what is needed to pack the results."""
-
-    prompt_ids: list[list[int]]
-    prompt_texts: list[str]
-    truncated: list[bool]
-    params: SamplingParams
-    messages: list[dict[str, Any]] | None
-    stop: list[str]
 
 
 class ModelWrapper:
@@ -222,9 +201,9 @@ class ModelWrapper:
         self._refuse_if_closed()
         ids = list(prompt_ids)
         params = self._params(n, rollout_args, True)
-        stop = _stop_strings(rollout_args.get("stop"))
+        stop = stop_strings(rollout_args.get("stop"))
         return await self._arun(
-            _Prepared([ids], [self.tokenizer.decode(ids)], [False], params, None, stop)
+            PreparedCall([ids], [self.tokenizer.decode(ids)], [False], params, None, stop)
         )
 
     def logprobs(self, tokens: list[int] | torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -388,7 +367,7 @@ class ModelWrapper:
         rollout_args: dict[str, Any],
         response_limits: bool,
         tools: list[dict[str, Any]] | None = None,
-    ) -> _Prepared:
+    ) -> PreparedCall:
         if tools:
             from trinity.models.chat import render_chat
 
@@ -398,8 +377,8 @@ class ModelWrapper:
         ids, truncated = self._fit_prompt(ids)
         text = self.tokenizer.decode(ids)
         params = self._params(n, rollout_args, response_limits)
-        stop = _stop_strings(rollout_args.get("stop"))
-        return _Prepared([ids], [text], [truncated], params, messages, stop)
+        stop = stop_strings(rollout_args.get("stop"))
+        return PreparedCall([ids], [text], [truncated], params, messages, stop)
 
     def _prepare_text(
         self,
@@ -407,7 +386,7 @@ class ModelWrapper:
         n: int,
         rollout_args: dict[str, Any],
         response_limits: bool,
-    ) -> _Prepared:
+    ) -> PreparedCall:
         ids, texts, cuts = [], [], []
         for prompt in prompts:
             given = prompt if isinstance(prompt, list) else self.tokenizer(prompt)["input_ids"]
@@ -418,8 +397,8 @@ class ModelWrapper:
                 prompt if isinstance(prompt, str) and not cut else self.tokenizer.decode(fitted)
             )
         params = self._params(n, rollout_args, response_limits)
-        stop = _stop_strings(rollout_args.get("stop"))
-        return _Prepared(ids, texts, cuts, params, None, stop)
+        stop = stop_strings(rollout_args.get("stop"))
+        return PreparedCall(ids, texts, cuts, params, None, stop)
 
     def _fit_prompt(self, ids: list[int]) -> tuple[list[int], bool]:
         """Cut an over-long prompt when truncation is on; returns the ids and whether
@@ -437,94 +416,21 @@ class ModelWrapper:
     def _params(
         self, n: int, rollout_args: dict[str, Any], response_limits: bool = True
     ) -> SamplingParams:
-        unknown = set(rollout_args) - _ROLLOUT_KEYS - _EXTRA_KEYS
-        if unknown:
-            raise TypeError(
-                f"unknown rollout_args {sorted(unknown)}; allowed: "
-                f"{sorted(_ROLLOUT_KEYS | _EXTRA_KEYS)}"
-            )
-        values: dict[str, Any] = {
-            "n": n,
-            "min_tokens": self.min_response_tokens if response_limits else 0,
-        }
-        if response_limits and self.max_response_tokens is not None:
-            values["max_tokens"] = self.max_response_tokens
-        for key, value in rollout_args.items():
-            if key in _ROLLOUT_KEYS and value is not None:
-                values[key] = value
-        if values.get("max_tokens") is not None:
-            values["min_tokens"] = min(values["min_tokens"], values["max_tokens"])
-        return SamplingParams(**values)
+        if not response_limits:  # only max_model_len bounds the reply
+            return sampling_params(n, rollout_args, 0, None)
+        return sampling_params(n, rollout_args, self.min_response_tokens, self.max_response_tokens)
 
-    def _run(self, prepared: _Prepared) -> list[Experience]:
+    def _run(self, prepared: PreparedCall) -> list[Experience]:
         return self._finish(prepared, self.engine.generate(prepared.prompt_ids, prepared.params))
 
-    async def _arun(self, prepared: _Prepared) -> list[Experience]:
+    async def _arun(self, prepared: PreparedCall) -> list[Experience]:
         samples = await self.engine.agenerate(prepared.prompt_ids, prepared.params)
         return self._finish(prepared, samples)
 
-    def _finish(self, prepared: _Prepared, samples: list[list[Sample]]) -> list[Experience]:
+    def _finish(self, prepared: PreparedCall, samples: list[list[Sample]]) -> list[Experience]:
         """Pack the samples and record them when history is on."""
-        if prepared.stop:
-            samples = [[self._cut_at_stop(s, prepared.stop) for s in per] for per in samples]
-        experiences = self._pack(prepared, samples)
+        experiences = pack_experiences(self.tokenizer, prepared, samples)
         if self.enable_history:
             with self._history_lock:
                 self.history.extend(experiences)
         return experiences
-
-    def _cut_at_stop(self, sample: Sample, stop: list[str]) -> Sample:
-        """End ``sample`` at the token that completes the first stop string, if any."""
-        decode = self.tokenizer.decode
-        if not any(s in decode(sample.token_ids, skip_special_tokens=True) for s in stop):
-            return sample
-        for end in range(1, len(sample.token_ids) + 1):
-            if any(s in decode(sample.token_ids[:end], skip_special_tokens=True) for s in stop):
-                break
-        return Sample(sample.token_ids[:end], sample.logprobs[:end], "stop", sample.model_version)
-
-    def _pack(self, prepared: _Prepared, samples: list[list[Sample]]) -> list[Experience]:
-        experiences = []
-        for ids, text, truncated, per_prompt in zip(
-            prepared.prompt_ids, prepared.prompt_texts, prepared.truncated, samples, strict=True
-        ):
-            for sample in per_prompt:
-                response_text = self.tokenizer.decode(sample.token_ids, skip_special_tokens=True)
-                response_text = _before_stop(response_text, prepared.stop)
-                messages = None
-                if prepared.messages is not None:
-                    messages = copy.deepcopy(prepared.messages)
-                    messages.append({"role": "assistant", "content": response_text})
-                experiences.append(
-                    Experience(
-                        tokens=torch.tensor(ids + sample.token_ids, dtype=torch.long),
-                        prompt_length=len(ids),
-                        logprobs=torch.tensor(sample.logprobs, dtype=torch.float32),
-                        # a truncated prompt's experience is kept for metrics, not trained on
-                        action_mask=torch.full((len(sample.token_ids),), not truncated),
-                        prompt_text=text,
-                        response_text=response_text,
-                        messages=messages,
-                        info={
-                            "model_version": sample.model_version,
-                            "finish_reason": sample.finish_reason,
-                            "prompt_truncated": truncated,
-                        },
-                    )
-                )
-        return experiences
-
-
-def _stop_strings(stop: str | list[str] | None) -> list[str]:
-    if stop is None:
-        return []
-    strings = [stop] if isinstance(stop, str) else list(stop)
-    if not all(isinstance(s, str) and s for s in strings):
-        raise ValueError(f"stop must be a non-empty string or a list of them, got {stop!r}")
-    return strings
-
-
-def _before_stop(text: str, stop: list[str]) -> str:
-    """``text`` up to (not including) the earliest stop string, as OpenAI returns it."""
-    cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=len(text))
-    return text[:cut]
