@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import torch
 
-from trinity.algorithm.utils import masked_mean
+from trinity.algorithm.utils import LOG_RATIO_CLAMP, clamped_log_ratio, masked_mean
 
 ROLLOUT_IS_LEVELS = ("token", "sequence")
-# the log-ratio is clamped before exp so one stray token cannot overflow the batch
-LOG_RATIO_CLAMP = 20.0
 
 
 def rollout_is_weights(
@@ -81,8 +79,7 @@ def _metrics(
 ) -> dict[str, float]:
     if applied.numel() == 0:
         return {}
-    diff = (rollout_logprobs - old_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    r = torch.exp(diff)
+    diff, r = clamped_log_ratio(rollout_logprobs, old_logprobs)
     return {
         "rollout_is_mean": float(applied.mean()),
         "rollout_is_std": float(applied.std(unbiased=False)),

@@ -18,6 +18,19 @@ from torch.autograd.function import once_differentiable
 _CHUNK_BYTES = 2 * 1024 * 1024
 
 
+# |log ratio| bound before exp: one stray token cannot overflow a float32 ratio (e^20 ~ 5e8)
+LOG_RATIO_CLAMP = 20.0
+
+
+def clamped_log_ratio(
+    logprobs: torch.Tensor, old_logprobs: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """log(pi / pi_old) = ``logprobs - old_logprobs`` clamped to +-``LOG_RATIO_CLAMP``,
+    and its exp, the importance ratio; both the shape of the inputs."""
+    log_ratio = (logprobs - old_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    return log_ratio, torch.exp(log_ratio)
+
+
 def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     """Sum of ``values`` where ``mask`` is set (masked entries may hold NaN)."""
     masked = torch.where(mask.bool(), values, torch.zeros_like(values))

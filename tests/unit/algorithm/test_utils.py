@@ -12,7 +12,7 @@ from trinity.algorithm import (
     masked_var,
     masked_whiten,
 )
-from trinity.algorithm.utils import _rows_per_chunk, logprobs_and_entropy
+from trinity.algorithm.utils import _rows_per_chunk, clamped_log_ratio, logprobs_and_entropy
 
 
 def test_masked_statistics():
@@ -130,3 +130,12 @@ def test_backward_does_not_modify_the_logits():
 def test_shape_mismatch_is_reported():
     with pytest.raises(ValueError, match="do not match"):
         logprobs_from_logits(torch.randn(1, 4, 7), torch.zeros(1, 3, dtype=torch.long))
+
+
+def test_clamped_log_ratio_bounds_the_log_ratio_before_exp():
+    # log ratios 30, -0.5, -25 -> clamped to 20, -0.5, -20; ratios e^20, e^-0.5, e^-20
+    logprobs = torch.tensor([[0.0, -1.0, -30.0]], dtype=torch.float64)
+    old = torch.tensor([[-30.0, -0.5, -5.0]], dtype=torch.float64)
+    log_ratio, ratio = clamped_log_ratio(logprobs, old)
+    torch.testing.assert_close(log_ratio, torch.tensor([[20.0, -0.5, -20.0]], dtype=torch.float64))
+    torch.testing.assert_close(ratio, torch.exp(log_ratio))

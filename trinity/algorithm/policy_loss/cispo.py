@@ -23,9 +23,8 @@ import torch
 
 from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss, check_loss_agg_mode
 from trinity.algorithm.policy_loss.base import PolicyLoss
-from trinity.algorithm.policy_loss.ppo import LOG_RATIO_CLAMP
 from trinity.algorithm.registries import POLICY_LOSS_FN
-from trinity.algorithm.utils import masked_mean
+from trinity.algorithm.utils import clamped_log_ratio, masked_mean
 
 
 @POLICY_LOSS_FN.register("cispo")
@@ -70,8 +69,7 @@ class CISPOPolicyLoss(PolicyLoss):
         self.require(old_logprobs=old_logprobs, advantages=advantages)
         args = self.args
         with torch.no_grad():
-            log_ratio = (logprobs - old_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-            ratio = torch.exp(log_ratio)
+            log_ratio, ratio = clamped_log_ratio(logprobs, old_logprobs)
             low, high = 1.0 - args.clip_range_low, 1.0 + args.clip_range_high
             weight = ratio.clamp(low, high)
             clipped = (ratio < low) | (ratio > high)

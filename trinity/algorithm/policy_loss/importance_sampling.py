@@ -17,9 +17,8 @@ import torch
 
 from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss, check_loss_agg_mode
 from trinity.algorithm.policy_loss.base import PolicyLoss
-from trinity.algorithm.policy_loss.ppo import LOG_RATIO_CLAMP
 from trinity.algorithm.registries import POLICY_LOSS_FN
-from trinity.algorithm.utils import masked_mean
+from trinity.algorithm.utils import clamped_log_ratio, masked_mean
 
 
 @POLICY_LOSS_FN.register("importance_sampling")
@@ -49,8 +48,7 @@ class ImportanceSamplingPolicyLoss(PolicyLoss):
         global_step: int | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         self.require(old_logprobs=old_logprobs, advantages=advantages)
-        log_ratio = (logprobs - old_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-        ratio = torch.exp(log_ratio)
+        log_ratio, ratio = clamped_log_ratio(logprobs, old_logprobs)
         loss = aggregate_loss(-advantages * ratio, action_mask, self.args.loss_agg_mode, normalizer)
         with torch.no_grad():
             metrics = {

@@ -31,9 +31,7 @@ import torch
 from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss, check_loss_agg_mode
 from trinity.algorithm.policy_loss.base import PolicyLoss
 from trinity.algorithm.registries import POLICY_LOSS_FN
-from trinity.algorithm.utils import masked_mean
-
-LOG_RATIO_CLAMP = 20.0
+from trinity.algorithm.utils import clamped_log_ratio, masked_mean
 
 
 @dataclass
@@ -77,8 +75,7 @@ def clipped_pg_loss(
     is multiplied by (trinity/algorithm/rollout_correction.py; None: 1).
     """
     behaviour = logprobs.detach() if fallback_to_policy_gradient else old_logprobs
-    log_ratio = (logprobs - behaviour).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    ratio = torch.exp(log_ratio)
+    log_ratio, ratio = clamped_log_ratio(logprobs, behaviour)
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(1.0 - args.clip_range_low, 1.0 + args.clip_range_high)
     losses = torch.maximum(unclipped, clipped)

@@ -33,9 +33,8 @@ import torch
 
 from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss, check_loss_agg_mode
 from trinity.algorithm.policy_loss.base import PolicyLoss
-from trinity.algorithm.policy_loss.ppo import LOG_RATIO_CLAMP
 from trinity.algorithm.registries import POLICY_LOSS_FN
-from trinity.algorithm.utils import masked_mean
+from trinity.algorithm.utils import clamped_log_ratio, masked_mean
 
 CLIP_MODES = ("none", "one-side", "gspo-one-side", "two-side", "ring")
 WEIGHTS = ("none", "importance_sampling", "gspo_importance_sampling", "advantage")
@@ -96,8 +95,7 @@ class RECPolicyLoss(PolicyLoss):
         self.require(old_logprobs=old_logprobs, advantages=advantages)
         args = self.args
         with torch.no_grad():
-            log_ratio = (logprobs - old_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-            ratio = torch.exp(log_ratio)
+            log_ratio, ratio = clamped_log_ratio(logprobs, old_logprobs)
             seq_ratio = torch.exp(masked_mean(log_ratio, action_mask, dim=-1))[:, None]
             inside = self._inside(ratio, seq_ratio, advantages)
             weighted = self._weighted(advantages, ratio, seq_ratio)

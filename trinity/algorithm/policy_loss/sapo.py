@@ -23,9 +23,8 @@ import torch
 
 from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss, check_loss_agg_mode
 from trinity.algorithm.policy_loss.base import PolicyLoss
-from trinity.algorithm.policy_loss.ppo import LOG_RATIO_CLAMP
 from trinity.algorithm.registries import POLICY_LOSS_FN
-from trinity.algorithm.utils import masked_mean
+from trinity.algorithm.utils import clamped_log_ratio, masked_mean
 
 
 @POLICY_LOSS_FN.register("sapo")
@@ -63,8 +62,7 @@ class SAPOPolicyLoss(PolicyLoss):
         global_step: int | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         self.require(old_logprobs=old_logprobs, advantages=advantages)
-        log_ratio = (logprobs - old_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-        ratio = torch.exp(log_ratio)
+        log_ratio, ratio = clamped_log_ratio(logprobs, old_logprobs)
         tau = torch.where(
             advantages > 0,
             torch.full_like(ratio, self.args.tau_pos),

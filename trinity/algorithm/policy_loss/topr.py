@@ -21,9 +21,8 @@ import torch
 
 from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss, check_loss_agg_mode
 from trinity.algorithm.policy_loss.base import PolicyLoss
-from trinity.algorithm.policy_loss.ppo import LOG_RATIO_CLAMP
 from trinity.algorithm.registries import POLICY_LOSS_FN
-from trinity.algorithm.utils import masked_mean
+from trinity.algorithm.utils import clamped_log_ratio, masked_mean
 
 
 @POLICY_LOSS_FN.register("topr")
@@ -55,8 +54,7 @@ class TOPRPolicyLoss(PolicyLoss):
     ) -> tuple[torch.Tensor, dict[str, float]]:
         self.require(old_logprobs=old_logprobs, advantages=advantages)
         with torch.no_grad():
-            log_ratio = (logprobs - old_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-            ratio = torch.exp(log_ratio)
+            log_ratio, ratio = clamped_log_ratio(logprobs, old_logprobs)
             positive = advantages > self.args.advantage_threshold
             alpha = torch.where(positive, torch.ones_like(ratio), ratio.clamp(max=1.0))
         losses = -alpha * advantages * logprobs
