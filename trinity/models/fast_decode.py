@@ -15,7 +15,8 @@ the same arithmetic with
   (k / v are not repeated): SDPA, or in bf16 decode steps the
   :func:`trinity.kernels.Kernels.decode_attention` kernel, which reads each kv head's
   cache once for its query heads and skips SDPA's per-call setup, with each prompt's
-  keys and values kept once for the rows that sample from it (:class:`DecodeBatch`).
+  keys and values kept once for the rows that sample from it (the cache:
+  :class:`~trinity.models.decode_batch.DecodeBatch`).
 
 The model's own q/k/v and gate/up parameters become views into the fused tensors, so
 ``model.load_state_dict`` updates them in place; call :meth:`LlamaDecoder.refresh`
@@ -46,11 +47,13 @@ from trinity.models.cpu_linear import (
     packed_linear,
     packing_supported,
 )
+from trinity.models.decode_batch import DecodeBatch
 from trinity.utils.memory import release_free_memory
+
+__all__ = ["C_STEP", "DecodeBatch", "LlamaDecoder", "unsupported_reason"]
 
 logger = logging.getLogger(__name__)
 
-_FIRST_CAPACITY = 256  # cache columns first allocated past the prompt; doubled as needed
 # bf16 decode steps attend with the C kernel, run their whole layer loop in C when the
 # matmuls are on AMX, and draw their tokens with the C sampler (False, or the environment
 # variable TRINITY_DECODE_C_STEP=0: SDPA in the Python loop and the tensor sampler, as
@@ -399,133 +402,3 @@ class LlamaDecoder:
         batch = DecodeBatch(self, mask.bool(), rows, new_tokens)
         logits = batch.prefill(input_ids, mask.bool(), rows)
         return batch, logits
-
-
-class DecodeBatch:
-    """The KV cache and positions of the rows of one decode batch.
-
-    With the C decode step (``C_STEP``, bf16 with the fused kernels) the prompts' keys and
-    values are kept once per prompt (``prompt_keys``, rows attend to prompt
-    ``prompt_of[r]`` first) and each row's cache holds only its generated tokens, so the
-    n rows sampling from one prompt read its columns once per step, not n times.
-    Otherwise each row's cache starts with a copy of its prompt's columns (SDPA reads
-    one contiguous cache per row)."""
-
-    def __init__(
-        self, decoder: LlamaDecoder, mask: torch.Tensor, rows: torch.Tensor, new_tokens: int
-    ) -> None:
-        """``mask``: (E, P) True where each prompt has a real token; ``rows``: (B,) the
-        prompt of each decode row."""
-        self.d = decoder
-        prompts, width = mask.shape
-        batch = rows.numel()
-        self.fused = decoder.kernels is not None
-        self.shared = decoder.c_step
-        self.prompt_of = rows.contiguous()
-        self.prompt_keys = self.prompt_values = None
-        layers, kv_heads, dim = len(decoder.layers), decoder.kv_heads, decoder.head_dim
-        if self.shared:
-            shape = (layers, prompts, kv_heads, width, dim)
-            self.prompt_keys = torch.empty(shape, dtype=decoder.dtype)
-            self.prompt_values = torch.empty(shape, dtype=decoder.dtype)
-        self.column = 0 if self.shared else width  # cache column the next token goes to
-        capacity = self.column + min(new_tokens, _FIRST_CAPACITY)
-        shape = (layers, batch, kv_heads, capacity, dim)
-        self.keys = torch.empty(shape, dtype=decoder.dtype)
-        self.values = torch.empty(shape, dtype=decoder.dtype)
-        self.positions = mask.sum(-1).index_select(0, rows)  # (B,) position of the next token
-        # additive: -inf at padding, 0 elsewhere; None: no padding. SDPA would turn a bool
-        # mask into this form again in every layer. Shared: (E, P) over the prompts'
-        # columns; else (B, capacity) over each row's cache.
-        self.mask = None
-        if not bool(mask.all()):
-            if self.shared:
-                self.mask = torch.zeros((prompts, width), dtype=decoder.dtype)
-                self.mask.masked_fill_(~mask, float("-inf"))
-            else:
-                self.mask = torch.zeros((batch, capacity), dtype=decoder.dtype)
-                self.mask[:, :width].masked_fill_(~mask.index_select(0, rows), float("-inf"))
-
-    def prefill(
-        self, input_ids: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor
-    ) -> torch.Tensor:
-        """Run the (E, P) prompts, keep each prompt's keys and values (once, or in the first
-        P columns of each row that samples from it: ``rows`` (B,) prompt index), return
-        the (E, V) last-position logits."""
-        d = self.d
-        prompts, width = input_ids.shape
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        # causal and no padding keys; a padding query attends to itself (never all-masked)
-        causal = torch.ones((width, width), dtype=torch.bool).tril()
-        allowed = (causal & mask[:, None, :]) | torch.eye(width, dtype=torch.bool)
-        # (E, 1, P, P) additive, converted once for all layers
-        allowed = torch.zeros(allowed.shape, dtype=d.dtype).masked_fill_(~allowed, float("-inf"))
-        allowed = allowed[:, None]
-
-        def attend(index: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            q, k, v = (t.view(prompts, width, -1, d.head_dim).transpose(1, 2) for t in (q, k, v))
-            if self.shared:
-                self.prompt_keys[index] = k  # type: ignore[index]
-                self.prompt_values[index] = v  # type: ignore[index]
-            else:
-                self.keys[index, :, :, :width] = k.index_select(0, rows)
-                self.values[index, :, :, :width] = v.index_select(0, rows)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=True)
-            return out.transpose(1, 2).reshape(prompts * width, -1)
-
-        hidden = d.forward(input_ids.flatten(), positions.flatten(), attend)
-        return d.logits(hidden.view(prompts, width, -1)[:, -1])
-
-    def keep(self, kept: torch.Tensor) -> None:
-        """Keep only the rows ``kept`` (ascending batch indices), so the rest cost nothing."""
-        used = self.column
-        n = kept.numel()
-        # rows before the first finished one stay where they are
-        moved = (kept != torch.arange(n)).nonzero()
-        if moved.numel() and used:
-            first = int(moved[0])
-            for cache in (self.keys, self.values):
-                cache[:, first:n, :, :used] = cache[:, kept[first:], :, :used]
-        self.keys, self.values = self.keys[:, :n], self.values[:, :n]
-        self.positions = self.positions[kept]
-        self.prompt_of = self.prompt_of[kept]
-        if self.mask is not None and not self.shared:
-            self.mask = self.mask[kept]
-
-    def _grow(self) -> None:
-        capacity = 2 * self.keys.size(3)
-        for name in ("keys", "values"):
-            old = getattr(self, name)
-            new = old.new_empty((*old.shape[:3], capacity, old.size(4)))
-            new[:, :, :, : self.column] = old[:, :, :, : self.column]
-            setattr(self, name, new)
-        if self.mask is not None and not self.shared:
-            self.mask = torch.cat([self.mask, torch.zeros_like(self.mask)], dim=1)
-
-    def step(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Run one token per row: (B,) ids -> (B, V) float32 next-token logits."""
-        if self.column == self.keys.size(3):
-            self._grow()
-        col = self.column
-
-        def attend(index: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            keys, values = self.keys[index], self.values[index]  # (B, kv_heads, T, d)
-            keys[:, :, col] = k
-            values[:, :, col] = v
-            # the fused CPU kernel maps query heads to kv heads itself (no k / v repeat)
-            out = F.scaled_dot_product_attention(
-                q[:, :, None],
-                keys[:, :, : col + 1],
-                values[:, :, : col + 1],
-                attn_mask=None if self.mask is None else self.mask[:, None, None, : col + 1],
-                enable_gqa=True,
-            )
-            return out.reshape(q.size(0), -1)
-
-        if self.fused:
-            hidden = self.d.fused_step(self, tokens)
-        else:
-            hidden = self.d.forward(tokens, self.positions, attend)
-        self.column += 1
-        self.positions = self.positions + 1
-        return self.d.logits(hidden)

@@ -15,7 +15,7 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-from trinity.models import fast_decode
+from trinity.models import decode_batch, fast_decode
 from trinity.models.engine import TransformersEngine
 from trinity.models.fast_decode import LlamaDecoder, unsupported_reason
 from trinity.models.sampling import SamplingParams
@@ -155,7 +155,7 @@ def test_long_prompts_match(pair):
 
 def test_cache_grows_past_its_first_allocation(pair, monkeypatch):
     fast, slow, dtype = pair
-    monkeypatch.setattr(fast_decode, "_FIRST_CAPACITY", 3)  # doubled twice over 20 tokens
+    monkeypatch.setattr(decode_batch, "_FIRST_CAPACITY", 3)  # doubled twice over 20 tokens
     params = SamplingParams(n=2, temperature=0, max_tokens=20)
     assert_same(fast.generate(PROMPTS, params), slow.generate(PROMPTS, params), TOLERANCE[dtype])
 
