@@ -6,9 +6,10 @@
 ==========  ===================================================================
 queue       ``ExperienceQueue`` (FIFO, ``capacity``), or ``PriorityExperienceQueue``
             with ``use_priority_queue`` (``reuse_cooldown_time``) or ``replay_buffer.enable``
-            (its ``reuse_cooldown_time``; ``linear_decay``'s ``decay`` weighs the reads,
-            see ``priority_queue``); ``path``, when
-            set, is the backup (SQLite/URL, or ``.jsonl``)
+            (its ``reuse_cooldown_time``; ``priority_fn`` ``linear_decay``: ``decay``
+            weighs the reads; ``decay_limit_randomization``: also ``use_count_limit``
+            and ``sigma``, see ``priority_queue``); ``path``, when set, is the backup
+            (SQLite/URL, or ``.jsonl``)
 sql         ``path`` is a SQLite file or SQLAlchemy URL (PostgreSQL works); the
             reader polls for new rows
 file        JSON lines at ``path`` (a ``.jsonl`` file, or a directory holding
@@ -29,6 +30,7 @@ from typing import Any, Protocol
 from trinity.buffer.priority_queue import PriorityExperienceQueue
 from trinity.buffer.queue import ExperienceQueue, open_backup
 from trinity.buffer.storage_buffer import jsonl_buffer, sql_buffer
+from trinity.config.schema.buffer import PRIORITY_FN_ARGS
 from trinity.types import Experience
 
 EXPERIENCE_STORAGE_TYPES = ("queue", "sql", "file")
@@ -48,6 +50,21 @@ class ExperienceBufferConfigError(ValueError):
     """A storage config cannot describe an experience buffer."""
 
 
+def _priority_fn_options(name: str, priority_fn: str, given: Any) -> dict[str, Any]:
+    """``PriorityExperienceQueue`` keywords of a ``replay_buffer.priority_fn`` and its args."""
+    if priority_fn not in PRIORITY_FN_ARGS:
+        raise ExperienceBufferConfigError(
+            f"experience buffer '{name}': replay_buffer.priority_fn '{priority_fn}' is unknown; "
+            f"valid: {', '.join(PRIORITY_FN_ARGS)}"
+        )
+    args = {**PRIORITY_FN_ARGS[priority_fn], **(given or {})}
+    return {
+        "use_count_weight": float(args["decay"]),
+        "use_count_limit": int(args.get("use_count_limit", 0)),
+        "priority_sigma": float(args.get("sigma", 0.0)),
+    }
+
+
 def make_experience_buffer(storage_cfg: Any) -> ExperienceBuffer:
     """The buffer ``storage_cfg`` (a ``StorageConfig`` or anything with its fields) names."""
     name = getattr(storage_cfg, "name", "") or "experience_buffer"
@@ -61,12 +78,6 @@ def make_experience_buffer(storage_cfg: Any) -> ExperienceBuffer:
         backup = open_backup(path) if path else None
         replay = getattr(storage_cfg, "replay_buffer", None)
         if replay is not None and getattr(replay, "enable", False):
-            # linear_decay: priority = model_version - decay * use_count
-            if replay.priority_fn != "linear_decay":
-                raise ExperienceBufferConfigError(
-                    f"experience buffer '{name}': replay_buffer.priority_fn "
-                    f"'{replay.priority_fn}' is unknown; valid: linear_decay"
-                )
             cooldown = replay.reuse_cooldown_time
             if cooldown is None:
                 cooldown = getattr(storage_cfg, "reuse_cooldown_time", None)
@@ -75,7 +86,7 @@ def make_experience_buffer(storage_cfg: Any) -> ExperienceBuffer:
                 backup,
                 reuse_cooldown_time=cooldown,
                 read_timeout=read_timeout,
-                use_count_weight=float((replay.priority_fn_args or {}).get("decay", 2.0)),
+                **_priority_fn_options(name, replay.priority_fn, replay.priority_fn_args),
             )
         if getattr(storage_cfg, "use_priority_queue", False):
             return PriorityExperienceQueue(

@@ -8,13 +8,18 @@ the number of times it was already read::
 
 (the age is ``newest_version - model_version``; the newest version is the same for
 every held experience, so ordering by ``model_version`` is ordering by freshness).
-Equal priorities are read in the order they were put.
+Equal priorities are read in the order they were put. With ``priority_sigma`` > 0
+(``decay_limit_randomization``) each insertion adds Gaussian noise N(0, sigma^2) to
+that priority, drawn once per insertion, so experiences of similar priority are
+read in a shuffled order.
 
 Reuse (``reuse_cooldown_time``):
 
 - ``None``: an experience is read at most once, as in the FIFO queue;
 - ``t`` seconds: after being read, an experience stays in the queue with
-  ``use_count + 1`` and can be read again once ``t`` seconds have passed.
+  ``use_count + 1`` and can be read again once ``t`` seconds have passed; with
+  ``use_count_limit`` k > 0 (``decay_limit_randomization``) it leaves the queue after
+  its k-th read instead.
 
 The queue never blocks a writer: when a put would exceed ``capacity``, the
 lowest-priority experiences (stale or much reused) are evicted and counted in
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -55,17 +61,27 @@ class PriorityExperienceQueue:
         reuse_cooldown_time: float | None = None,
         read_timeout: float | None = None,
         use_count_weight: float = 1.0,
+        use_count_limit: int = 0,
+        priority_sigma: float = 0.0,
+        rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if capacity < 1:
             raise ValueError(f"queue capacity must be >= 1, got {capacity}")
         if reuse_cooldown_time is not None and reuse_cooldown_time < 0:
             raise ValueError(f"reuse_cooldown_time must be >= 0 or None, got {reuse_cooldown_time}")
+        if use_count_limit < 0:
+            raise ValueError(f"use_count_limit must be >= 0 (0: no limit), got {use_count_limit}")
+        if priority_sigma < 0:
+            raise ValueError(f"priority_sigma must be >= 0, got {priority_sigma}")
         self.capacity = capacity
         self.backup = backup
         self.reuse_cooldown_time = reuse_cooldown_time
         self.read_timeout = read_timeout
         self.use_count_weight = use_count_weight
+        self.use_count_limit = use_count_limit  # reads per experience; 0: no limit
+        self.priority_sigma = priority_sigma  # std of the noise added at each insertion
+        self._rng = rng or random.Random()
         self.evicted = 0  # experiences dropped to stay within capacity
         self._clock = clock
         # ascending by (priority, -seq): the best entry is last, the worst first
@@ -147,7 +163,10 @@ class PriorityExperienceQueue:
                 self.backup.close()
 
     def _priority(self, entry: _Entry) -> float:
-        return entry.exp.model_version - self.use_count_weight * entry.use_count
+        priority = entry.exp.model_version - self.use_count_weight * entry.use_count
+        if self.priority_sigma > 0:
+            priority += self._rng.gauss(0.0, self.priority_sigma)
+        return priority
 
     def _insert(self, entry: _Entry) -> None:
         entry.key = (self._priority(entry), -entry.seq)
@@ -173,6 +192,8 @@ class PriorityExperienceQueue:
         for entry in taken:
             if reuse:
                 entry.use_count += 1
+                if self.use_count_limit and entry.use_count >= self.use_count_limit:
+                    continue  # read use_count_limit times: not put back
                 entry.ready_at = now + self.reuse_cooldown_time
                 self._insert(entry)
         # a copy per read: a reader that reassigns fields does not change the held one

@@ -27,6 +27,7 @@ from trinity.config.schema import (
     OptimizerConfig,
     StorageConfig,
 )
+from trinity.config.schema.buffer import PRIORITY_FN_ARGS, ReplayBufferConfig
 from trinity.config.trainer_ranks import check_trainer_ranks
 from trinity.config.typed_yaml import build, to_plain
 
@@ -368,17 +369,32 @@ def _check_storage(path: str, storage: StorageConfig) -> None:
     _at_least(f"{path}.reuse_cooldown_time", storage.reuse_cooldown_time, 0)
     replay = storage.replay_buffer
     _at_least(f"{path}.replay_buffer.reuse_cooldown_time", replay.reuse_cooldown_time, 0)
-    decay = (replay.priority_fn_args or {}).get("decay", 2.0)
-    if set(replay.priority_fn_args or {}) - {"decay"} or not isinstance(decay, int | float):
-        raise ConfigError(
-            f"{path}.replay_buffer.priority_fn_args",
-            "linear_decay takes one argument, decay (a number)",
-            value=replay.priority_fn_args,
-            valid="{decay: <number>}",
-        )
+    _check_priority_fn_args(f"{path}.replay_buffer.priority_fn_args", replay)
     args = storage.rollout_args
     _check_sampling(f"{path}.rollout_args", args.temperature, args.top_p)
     _positive(f"{path}.rollout_args.max_tokens", args.max_tokens)
+
+
+def _check_priority_fn_args(path: str, replay: ReplayBufferConfig) -> None:
+    """The arguments ``replay.priority_fn`` takes, each a number, counts and sigma >= 0."""
+    known = PRIORITY_FN_ARGS[replay.priority_fn]
+    given = replay.priority_fn_args or {}
+    valid = "{" + ", ".join(f"{name}: <number>" for name in known) + "}"
+    for name, value in given.items():
+        if name not in known or not isinstance(value, int | float) or isinstance(value, bool):
+            raise ConfigError(
+                path,
+                f"{replay.priority_fn} takes {', '.join(known)} (numbers)",
+                value=given,
+                valid=valid,
+            )
+    for name in ("use_count_limit", "sigma"):
+        if name in known:
+            _at_least(f"{path}.{name}", given.get(name, known[name]), 0)
+    if "use_count_limit" in given and not isinstance(given["use_count_limit"], int):
+        raise ConfigError(
+            f"{path}.use_count_limit", "must be a whole number of reads", value=given, valid=valid
+        )
 
 
 def _check_explorer(cfg: Config) -> None:

@@ -189,3 +189,77 @@ def test_replay_buffer_config_orders_by_linear_decay_after_the_cooldown(decay, o
     # decay 2: a = -1 < 0, decay 0.5: a = 0.5 > 0
     assert names(q.get(2, timeout=10)) == order
     q.close()
+
+
+class ScriptedNoise:
+    """Stands in for random.Random: gauss returns the next scripted value."""
+
+    def __init__(self, *values: float) -> None:
+        self.values = list(values)
+        self.sigmas: list[float] = []
+
+    def gauss(self, mu: float, sigma: float) -> float:
+        self.sigmas.append(sigma)
+        return self.values.pop(0)
+
+
+def test_use_count_limit_drops_an_experience_after_that_many_reads() -> None:
+    clock = Clock()
+    q = PriorityExperienceQueue(reuse_cooldown_time=5, use_count_limit=2, clock=clock)
+    q.put([exp("a", 0)])
+    assert names(q.get(1, timeout=0)) == ["a"]  # read 1 < limit 2: back after the cooldown
+    assert q.qsize() == 1
+    clock.now = 5
+    assert names(q.get(1, timeout=0)) == ["a"]  # read 2 = limit: not put back
+    assert q.qsize() == 0
+    clock.now = 10
+    assert q.get(1, timeout=0) == []
+
+
+def test_priority_noise_is_drawn_at_each_insertion() -> None:
+    clock = Clock()
+    noise = ScriptedNoise(3.0, -0.5, 0.0, 0.0, 0.0)
+    q = PriorityExperienceQueue(
+        reuse_cooldown_time=1, use_count_weight=2.0, priority_sigma=1.5, rng=noise, clock=clock
+    )
+    # a: version 0 + 3.0 = 3.0 beats b: version 2 - 0.5 = 1.5, though b is fresher
+    q.put([exp("a", 0), exp("b", 2)])
+    assert names(q.get(1, timeout=0)) == ["a"]
+    clock.now = 1
+    # a was put back with fresh noise: 0 - 2.0 * 1 read + 0.0 = -2.0, below b's 1.5
+    assert names(q.get(2, timeout=0)) == ["b", "a"]
+    assert noise.sigmas == [1.5] * 5  # 2 puts, then 3 reads each put the read one back
+
+
+def test_replay_buffer_decay_limit_randomization_from_the_config() -> None:
+    """Trinity-RFT's priority_fn with its arguments, through config loading."""
+    from trinity.buffer import make_experience_buffer
+    from trinity.config import ConfigError, load_config
+
+    demo = Path(__file__).resolve().parents[3] / "examples" / "arithmetic" / "grpo.yaml"
+    key = "buffer.trainer_input.experience_buffer.replay_buffer"
+    setup = ["model.model_path=tiny", f"{key}.enable=true"]
+    config = load_config(
+        demo,
+        [
+            *setup,
+            f"{key}.priority_fn=decay_limit_randomization",
+            f"{key}.priority_fn_args={{decay: 1.0, sigma: 0.5}}",
+        ],
+    )
+    q = make_experience_buffer(config.buffer.trainer_input.experience_buffer)
+    assert isinstance(q, PriorityExperienceQueue)
+    # use_count_limit is not given: Trinity-RFT's default of 3 reads
+    assert (q.use_count_weight, q.use_count_limit, q.priority_sigma) == (1.0, 3, 0.5)
+    q.close()
+    with pytest.raises(ConfigError, match="priority_fn_args"):
+        load_config(demo, [*setup, f"{key}.priority_fn_args={{decay: 2.0, sigma: 1.0}}"])
+    with pytest.raises(ConfigError, match="sigma"):
+        load_config(
+            demo,
+            [
+                *setup,
+                f"{key}.priority_fn=decay_limit_randomization",
+                f"{key}.priority_fn_args={{sigma: -1.0}}",
+            ],
+        )

@@ -56,16 +56,30 @@ class RolloutArgs:
     )
 
 
+# replay_buffer.priority_fn -> its arguments and their defaults (Trinity-RFT's names):
+# priority = model_version - decay * times read; decay_limit_randomization also drops an
+# experience after use_count_limit reads (0: never) and adds N(0, sigma^2) noise
+PRIORITY_FN_ARGS: dict[str, dict[str, float | int]] = {
+    "linear_decay": {"decay": 2.0},
+    "decay_limit_randomization": {"decay": 2.0, "use_count_limit": 3, "sigma": 0.0},
+}
+
+
 @dataclass
 class ReplayBufferConfig:
     """Reuse of experiences in a priority queue (Trinity-RFT's ``replay_buffer``)."""
 
     enable: bool = setting(False, "read the highest-priority experiences first, reusing them")
-    priority_fn: Literal["linear_decay"] = setting(
-        "linear_decay", "linear_decay: priority = model_version - decay * times read"
+    priority_fn: Literal["linear_decay", "decay_limit_randomization"] = setting(
+        "linear_decay",
+        "linear_decay: priority = model_version - decay * times read; "
+        "decay_limit_randomization: the same plus N(0, sigma^2) noise at each insertion, "
+        "and an experience leaves the queue after use_count_limit reads",
     )
     priority_fn_args: dict[str, Any] = setting(
-        {"decay": 2.0}, "arguments of priority_fn (linear_decay: decay)"
+        {"decay": 2.0},
+        "arguments of priority_fn (linear_decay: decay; decay_limit_randomization: decay, "
+        "use_count_limit (3; 0: no limit), sigma (0)); unset ones take those defaults",
     )
     reuse_cooldown_time: float | None = setting(
         None, "seconds before an experience may be read again; unset: read at most once"
