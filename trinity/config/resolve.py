@@ -13,6 +13,8 @@ environment, no cluster. The documented derivations:
   taskset ``repeat_times`` = ``algorithm.repeat_times`` (1 for eval tasksets); rollout
   args from ``model``; workflow and reward names from explorer_input, then buffer;
   without an experience buffer, modes both and explore get a queue named experience_buffer;
+  the experience buffer's path (a queue's SQLite backup, a sql database) of a run that
+  writes it -> ``<job_dir>/buffer/<name>.db``;
 - the short trainer settings and ``algorithm.optimizer`` written into ``trainer_config``;
   ``actor.ppo_mini_batch_size`` = ``train_batch_size`` (one optimizer step per batch);
   ``trainer.total_steps`` from ``buffer.total_steps`` when that is set.
@@ -164,6 +166,7 @@ def _resolve_buffer(cfg: Config) -> None:
         _fill_storage(
             ti.experience_buffer, cfg, storage_type="file" if cfg.mode == "train" else "queue"
         )
+        _fill_experience_path(ti.experience_buffer, cfg)
     for key, aux in ti.auxiliary_buffers.items():
         aux.name = aux.name or key
         _fill_storage(aux, cfg, storage_type="file")
@@ -179,6 +182,16 @@ def _fill_storage(storage: StorageConfig, cfg: Config, *, storage_type: str) -> 
         storage.task_selector = "random" if selector == "difficulty_based" else selector
     if storage.format.chat_template is None:
         storage.format.chat_template = cfg.model.custom_chat_template
+
+
+def _fill_experience_path(storage: StorageConfig, cfg: Config) -> None:
+    """A queue's SQLite backup, or a sql buffer's database, that no path names lives in
+    the run's own job directory: ``<job_dir>/buffer/<name>.db`` (``trinity view --db
+    <job_dir>`` finds it there). Only where the run writes the buffer: in mode train it
+    is a dataset that must be named."""
+    writes = cfg.mode in ("both", "explore", "serve")
+    if writes and storage.path is None and storage.storage_type in ("queue", "sql"):
+        storage.path = str(job_dir(cfg) / "buffer" / f"{storage.name}.db")
 
 
 def _fill_rollout_args(storage: StorageConfig, cfg: Config) -> None:
