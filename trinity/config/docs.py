@@ -13,7 +13,7 @@ import typing
 from typing import Any
 
 from trinity.config import Config
-from trinity.config.no_effect import NO_EFFECT
+from trinity.config.no_effect import NO_EFFECT, NO_EFFECT_ARGS
 
 HEADER = """# Config reference
 
@@ -101,6 +101,21 @@ def render() -> str:
             "|---|---|---|---|",
             *rows,
         ]
+    lines += [
+        "",
+        "## Part arguments without effect",
+        "",
+        "Arguments of `algorithm.policy_loss_fn_args` that a loss accepts under Trinity-RFT's "
+        "names and computes otherwise here; `trinity run` lists those a config sets.",
+        "",
+        "| policy_loss_fn | argument | why |",
+        "|---|---|---|",
+        *(
+            f"| `{loss}` | `{arg}` | {why} |"
+            for loss, args in NO_EFFECT_ARGS.items()
+            for arg, why in args.items()
+        ),
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -7,6 +7,8 @@ not do nothing silently: ``trinity run`` and ``--dry-run`` list those the config
 a value other than the default (``set_without_effect``), and ``docs/config.md`` marks
 them. Keys are dotted paths as ``docs/config.md`` writes them: list items as ``[]``,
 mapping entries as ``<name>``. Tests keep this table true (tests/unit/config/test_no_effect.py).
+``NO_EFFECT_ARGS`` does the same for arguments a part accepts in its ``*_args`` mapping
+(Trinity-RFT's names) and computes otherwise here.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import typing
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from trinity.config.algorithm_defaults import ALGORITHM_DEFAULTS
 from trinity.config.schema import STAGE_SECTIONS, Config
 from trinity.config.typed_yaml import field_types, to_plain
 
@@ -159,6 +162,26 @@ NO_EFFECT: dict[str, str] = {
     # services and pipelines
 }
 
+_MIX_BATCH = (
+    "derived here: the trainer averages each part over its own rows of the whole "
+    "mini-batch, the share Trinity-RFT's per-micro-batch weights compute from these"
+)
+# policy_loss_fn -> arguments of policy_loss_fn_args it accepts but does not act on
+NO_EFFECT_ARGS: dict[str, dict[str, str]] = {
+    loss: {
+        arg: _MIX_BATCH
+        for arg in (
+            "use_dynamic_bsz",
+            "ppo_mini_batch_size",
+            "ppo_micro_batch_size_per_gpu",
+            "ngpus_trainer",
+            "train_batch_size_usual",
+            "train_batch_size_expert",
+        )
+    }
+    for loss in ("mix", "mix_chord")
+}
+
 
 def schema_fields(cls: type = Config, prefix: str = "") -> dict[str, dataclasses.Field]:
     """Every key of the schema (sections and leaves) -> its field, keyed as in docs/config.md."""
@@ -206,16 +229,37 @@ def set_without_effect(cfg: Config) -> list[tuple[str, str]]:
 
     ``cfg`` is the config as written (``read_config``), not resolved: resolve fills unset
     keys from others, and only what the user wrote is reported. Stage overrides count too.
+    Arguments of ``NO_EFFECT_ARGS`` count whenever the policy loss's args name them.
     """
     fields = schema_fields()
-    found = list(_walk(to_plain(cfg), Config, "", "", fields))
+    plain = to_plain(cfg)
+    found = list(_walk(plain, Config, "", "", fields))
+    found += _loss_args(plain["algorithm"], None, "algorithm.")
     for index, stage in enumerate(cfg.stages):
         for section in STAGE_SECTIONS:
             override = getattr(stage, section)
             if isinstance(override, Mapping):
                 cls = type(getattr(cfg, section))
                 found += _walk(override, cls, f"{section}.", f"stages[{index}].{section}.", fields)
+                if section == "algorithm":
+                    where = f"stages[{index}].algorithm."
+                    found += _loss_args(override, plain["algorithm"], where)
     return found
+
+
+def _loss_args(
+    algorithm: Mapping[str, Any], outer: Mapping[str, Any] | None, path: str
+) -> list[tuple[str, str]]:
+    """``NO_EFFECT_ARGS`` entries ``algorithm.policy_loss_fn_args`` names; a stage's
+    ``algorithm`` falls back to the run's (``outer``) for what it does not set."""
+    merged = {**(outer or {}), **algorithm}
+    loss = merged.get("policy_loss_fn")
+    if loss is None:
+        row = ALGORITHM_DEFAULTS.get(merged.get("algorithm_type", "ppo"))
+        loss = row.policy_loss_fn if row is not None else None
+    ignored = NO_EFFECT_ARGS.get(loss or "", {})
+    given = algorithm.get("policy_loss_fn_args") or {}
+    return [(f"{path}policy_loss_fn_args.{arg}", ignored[arg]) for arg in given if arg in ignored]
 
 
 def describe(found: list[tuple[str, str]]) -> str:

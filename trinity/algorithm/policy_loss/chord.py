@@ -24,7 +24,7 @@ With p_t = exp(logprobs_t) the probability of the demonstrated token:
             = mu_valley                                         s >= W + D
 
   Each part is averaged over its own rows of the whole mini-batch (``normalizer`` and
-  ``expert_normalizer``, as for ``mix``).
+  ``expert_normalizer``, as for ``mix``); it takes ``mix``'s arguments (``MixArgs``).
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ import torch
 
 from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss, check_loss_agg_mode
 from trinity.algorithm.policy_loss.base import PolicyLoss
-from trinity.algorithm.policy_loss.ppo import ClipArgs, clipped_pg_loss
+from trinity.algorithm.policy_loss.mix import MixArgs
+from trinity.algorithm.policy_loss.ppo import clipped_pg_loss
 from trinity.algorithm.policy_loss.sft import nll_loss
 from trinity.algorithm.registries import POLICY_LOSS_FN
 
@@ -140,17 +141,15 @@ class MixCHORDPolicyLoss(PolicyLoss):
     """PPO on rollouts plus a scheduled, phi-weighted SFT loss on demonstrations."""
 
     @dataclass
-    class Args(ClipArgs):
+    class Args(MixArgs):
         mu_warmup_steps: int = 0  # steps of the linear rise of mu from 0 to mu_peak
         mu_decay_steps: int = 0  # steps of the cosine decay from mu_peak to mu_valley
         mu_peak: float = 0.1  # mu at the end of the warm-up
         mu_valley: float = 0.1  # mu after the decay
         enable_phi_function: bool = True  # expert rows: sft_phi loss (else plain sft)
-        sft_loss_agg_mode: str = "token-mean"
 
         def __post_init__(self) -> None:
             super().__post_init__()
-            check_loss_agg_mode(self.sft_loss_agg_mode)
             for name in ("mu_warmup_steps", "mu_decay_steps"):
                 if getattr(self, name) < 0:
                     raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")

@@ -9,6 +9,12 @@ Each part is averaged over its own rows of the whole mini-batch: ``normalizer`` 
 the rollout rows and ``expert_normalizer`` the expert rows, e.g.
 ``LossNormalizer.from_mask(mask[~is_expert])`` and ``LossNormalizer.from_mask(mask[is_expert])``.
 A micro-batch without rows of one kind contributes 0 for that part.
+
+Trinity-RFT's versions take the batch geometry (``ppo_mini_batch_size``,
+``ppo_micro_batch_size_per_gpu``, ``ngpus_trainer``, ``train_batch_size_usual``,
+``train_batch_size_expert``, ``use_dynamic_bsz``) to weight each micro-batch's parts so
+that they average over their own rows of the mini-batch; the two normalizers give that
+here, so those arguments are accepted and listed as derived in trinity/config/no_effect.py.
 """
 
 from __future__ import annotations
@@ -24,18 +30,56 @@ from trinity.algorithm.policy_loss.sft import nll_loss
 from trinity.algorithm.registries import POLICY_LOSS_FN
 
 
+@dataclass
+class MixArgs(ClipArgs):
+    """Arguments of ``mix`` and ``mix_chord`` besides their SFT weight.
+
+    ``loss_agg_mode`` reduces both parts unless ``grpo_loss_agg_mode`` (rollout rows) or
+    ``sft_loss_agg_mode`` (expert rows) is set. The batch-geometry fields are Trinity-RFT's
+    (module docstring): checked, then derived here from the mini-batch's own rows.
+    """
+
+    sft_loss_agg_mode: str | None = None  # expert rows; None: loss_agg_mode
+    grpo_loss_agg_mode: str | None = None  # rollout rows; None: loss_agg_mode
+    use_dynamic_bsz: bool | None = None
+    ppo_mini_batch_size: int = 1
+    ppo_micro_batch_size_per_gpu: int = 1
+    ngpus_trainer: int = 1
+    train_batch_size_usual: int = 1
+    train_batch_size_expert: int = 1
+
+    def __post_init__(self) -> None:
+        if self.sft_loss_agg_mode is None:
+            self.sft_loss_agg_mode = self.loss_agg_mode
+        if self.grpo_loss_agg_mode is not None:
+            self.loss_agg_mode = self.grpo_loss_agg_mode  # clipped_pg_loss reads loss_agg_mode
+        super().__post_init__()
+        check_loss_agg_mode(self.sft_loss_agg_mode)
+        for name in BATCH_GEOMETRY:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+# Trinity-RFT's arguments for the per-micro-batch weights the normalizers replace here
+BATCH_GEOMETRY = (
+    "ppo_mini_batch_size",
+    "ppo_micro_batch_size_per_gpu",
+    "ngpus_trainer",
+    "train_batch_size_usual",
+    "train_batch_size_expert",
+)
+
+
 @POLICY_LOSS_FN.register("mix")
 class MixPolicyLoss(PolicyLoss):
     """Weighted sum of a PPO loss on rollouts and an SFT loss on demonstrations."""
 
     @dataclass
-    class Args(ClipArgs):
+    class Args(MixArgs):
         mu: float = 0.1  # weight of the SFT term
-        sft_loss_agg_mode: str = "token-mean"
 
         def __post_init__(self) -> None:
             super().__post_init__()
-            check_loss_agg_mode(self.sft_loss_agg_mode)
             if not 0.0 <= self.mu <= 1.0:
                 raise ValueError(f"mu must be in [0, 1], got {self.mu}")
 
