@@ -8,13 +8,21 @@ and otherwise start a local Ray instance that lives as long as this process.
 Ray >= 2.59 authenticates with a token by default; a cluster and a client that
 disagree about ``RAY_AUTH_MODE`` or the token cannot talk. That case is reported as
 such instead of silently starting a second cluster beside the running one.
+
+The actors' stdout and stderr (transformers' "Loading weights" bars, library warnings)
+stay in Ray's worker log files (``log_to_driver`` off); each actor's own log is
+``<job_dir>/log/<actor>.log``. An actor's failure still reaches the terminal: ``ray.get``
+re-raises its exception with the traceback, and Ray's error messages (a worker that
+died) reach the driver whatever ``log_to_driver`` says.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -26,6 +34,11 @@ _AUTH_HINT = (
     "if the cluster uses token authentication, give this process the same RAY_AUTH_MODE and "
     "token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token) that `ray start` used"
 )
+
+
+# says whether token authentication is on for a cluster being started: for the one a
+# run starts for itself and stops at its end, a line of start-up noise
+_TOKEN_SETUP_LOGGER = "ray._private.authentication.authentication_token_setup"
 
 
 class ClusterError(RuntimeError):
@@ -121,7 +134,7 @@ def connect(ray_address: str | None, namespace: str, overlapping: bool = False) 
 
     if ray.is_initialized():
         return "joined"
-    common = {"namespace": namespace, "logging_level": logging.WARNING, "log_to_driver": True}
+    common = {"namespace": namespace, "logging_level": logging.WARNING, "log_to_driver": False}
     address = "" if ray_address in (None, "", "auto") else ray_address
     if not address:
         address = _address_from_environment()
@@ -136,13 +149,14 @@ def connect(ray_address: str | None, namespace: str, overlapping: bool = False) 
     if started_here:
         os.environ.pop("RAY_ADDRESS", None)  # else ray.init would look for that cluster
         # "local": a new instance even when a stale /tmp/ray/ray_current_cluster names a dead one
-        ray.init(
-            address="local",
-            num_cpus=os.cpu_count() or 1,
-            include_dashboard=False,
-            _system_config=process_policy.system_config(),
-            **common,
-        )
+        with _quiet(_TOKEN_SETUP_LOGGER):
+            ray.init(
+                address="local",
+                num_cpus=os.cpu_count() or 1,
+                include_dashboard=False,
+                _system_config=process_policy.system_config(),
+                **common,
+            )
         return "started"
     _auth_mode_for(address)
     try:
@@ -151,3 +165,15 @@ def connect(ray_address: str | None, namespace: str, overlapping: bool = False) 
         where = running_cluster_address() if address == "auto" else address
         raise ClusterError(f"cannot join the Ray cluster at {where}: {exc}; {_AUTH_HINT}") from exc
     return "joined"
+
+
+@contextlib.contextmanager
+def _quiet(name: str) -> Iterator[None]:
+    """Only errors from logger ``name`` while the block runs; its level is restored after."""
+    logger_ = logging.getLogger(name)
+    level = logger_.level
+    logger_.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger_.setLevel(level)

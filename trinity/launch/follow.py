@@ -7,13 +7,17 @@ which becomes a :class:`RunError` carrying the actor's exception and traceback.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from trinity.launch.errors import RunError
 
 
-def follow(refs: dict[str, Any], synchronizer, total_steps: int, lead: str) -> dict[str, Any]:
-    """Wait for the actors, drawing progress (the ``lead`` role's steps) from the synchronizer."""
+def follow(
+    refs: dict[str, Any], synchronizer, total_steps: int, lead: str, job_dir: Path
+) -> dict[str, Any]:
+    """Wait for the actors, drawing progress (the ``lead`` role's steps) from the synchronizer;
+    a failure names where the actors' logs are."""
     import ray
 
     from trinity.monitor.progress import Progress
@@ -48,7 +52,20 @@ def follow(refs: dict[str, Any], synchronizer, total_steps: int, lead: str) -> d
                 progress.update(step, **postfix)
                 last_step = step
     except ray.exceptions.RayError as exc:
-        raise RunError(f"an actor failed: {exc}") from exc
+        raise RunError(
+            f"an actor failed: {exc}\n(the actors' logs: {job_dir / 'log'}; their stdout and "
+            f"stderr: {_ray_logs_dir()})"
+        ) from exc
     finally:
         progress.close()
     return {name: ray.get(ref) for name, ref in refs.items()}
+
+
+def _ray_logs_dir() -> str:
+    """Where Ray keeps this session's worker files (``worker-*.out`` and ``.err``)."""
+    try:
+        from ray._private.worker import _global_node
+
+        return _global_node.get_logs_dir_path()
+    except Exception:  # a private helper that moved, or no node: Ray's usual place
+        return "/tmp/ray/session_latest/logs"

@@ -193,9 +193,8 @@ def run_stage(
                 total_steps, start_step, export_hf=export_final
             )
         write_placement(job_dir, explorer, trainer_actors)
-        results = follow(
-            refs, synchronizer, total_steps, "trainer" if "trainer" in refs else "explorer"
-        )
+        lead = "trainer" if "trainer" in refs else "explorer"
+        results = follow(refs, synchronizer, total_steps, lead, job_dir)
         if trainer_actors is not None:
             trainer_actors.shutdown()
         if explorer is not None:
