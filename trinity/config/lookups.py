@@ -74,6 +74,7 @@ BUILTIN_NAMES: dict[str, frozenset[str]] = {
         {
             "data_juicer",
             "invalid_reward_filter",
+            "pass_rate_calculator",
             "pass_rate_stats",
             "reward_shaping_mapper",
             "zero_variance_filter",

@@ -1,4 +1,6 @@
-"""``pass_rate_stats``: how many groups the policy always, never or sometimes solves.
+"""Per-task pass rates of a batch, as metrics; experiences pass through unchanged.
+
+``pass_rate_stats``: how many groups the policy always, never or sometimes solves.
 
 A run counts as passed when its score (``exp.reward``, or ``exp.metrics[key]`` when
 ``key`` is set, e.g. ``accuracy``) is at least ``threshold``. Over the groups of a batch
@@ -6,9 +8,19 @@ A run counts as passed when its score (``exp.reward``, or ``exp.metrics[key]`` w
 (``all_correct``), none passed (``none_correct``) and some passed (``mixed``), and the
 mean per-group pass rate. Groups of one are counted too. Experiences pass through
 unchanged; runs without a score are left out of the counts.
+
+``pass_rate_calculator`` (Trinity-RFT's, listed by its BOTS configs): a task's pass
+rate is the mean reward of its experiences in the batch, and the metrics are upstream's
+``selection/*`` fractions of tasks: ``valid_ratio`` 0 < p < 1, ``strict_valid_ratio``
+1/16 < p < 15/16, ``<1_ratio``, ``>0_ratio``, ``<15_16_ratio``, ``>1_16_ratio`` (the
+sixteenths, upstream's, with a margin of 1e-3, suit 16 rollouts per task). Upstream
+also hands the per-task rates to its task selector; here the explorer gives each
+step's rewards to the ``difficulty_based`` selector itself.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from trinity.pipeline.experience_filters import groups_of, is_valid_reward
 from trinity.pipeline.operator import EXPERIENCE_OPERATORS, ExperienceOperator
@@ -44,3 +56,31 @@ class PassRateStats(ExperienceOperator):
             return exp.reward
         value = exp.metrics.get(self.key)
         return None if value is None else float(value)
+
+
+_SIXTEENTH = 1 / 16 + 1e-3  # upstream's bounds, for 16 rollouts per task
+_FIFTEEN_SIXTEENTHS = 15 / 16 - 1e-3
+
+
+@EXPERIENCE_OPERATORS.register("pass_rate_calculator")
+class PassRateCalculator(ExperienceOperator):
+    def process(self, exps: list[Experience]) -> tuple[list[Experience], dict[str, float]]:
+        rates = []
+        for members in groups_of(exps).values():
+            rewards = [m.reward for m in members if is_valid_reward(m.reward)]
+            if rewards:
+                rates.append(sum(rewards) / len(rewards))
+        if not rates:
+            return exps, {}
+
+        def share(test: Callable[[float], bool]) -> float:
+            return sum(1 for r in rates if test(r)) / len(rates)
+
+        return exps, {
+            "selection/valid_ratio": share(lambda r: 0 < r < 1),
+            "selection/strict_valid_ratio": share(lambda r: _SIXTEENTH < r < _FIFTEEN_SIXTEENTHS),
+            "selection/<1_ratio": share(lambda r: r < 1),
+            "selection/>0_ratio": share(lambda r: r > 0),
+            "selection/<15_16_ratio": share(lambda r: r < _FIFTEEN_SIXTEENTHS),
+            "selection/>1_16_ratio": share(lambda r: r > _SIXTEENTH),
+        }

@@ -154,6 +154,30 @@ def test_pass_rate_stats() -> None:
     assert m["pass_rate/mixed"] == 1.0 and m["pass_rate/mean"] == 0.5
 
 
+def test_pass_rate_calculator_reports_upstreams_selection_fractions() -> None:
+    # task pass rates (mean reward): A 1, B 0, C 0.5, D 1/16 (1 of 16 runs), E 0.25
+    # (its unscored run left out)
+    batch = (
+        [exp("A", r, 1.0) for r in range(2)]
+        + [exp("B", r, 0.0) for r in range(2)]
+        + [exp("C", 0, 1.0), exp("C", 1, 0.0)]
+        + [exp("D", r, 1.0 if r == 0 else 0.0) for r in range(16)]
+        + [exp("E", 0, 0.5), exp("E", 1, 0.0), exp("E", 2, None)]
+    )
+    op = build_operator(EXPERIENCE_OPERATORS, {"name": "pass_rate_calculator"})
+    out, m = op.process(batch)
+    assert len(out) == len(batch) and all(a is b for a, b in zip(out, batch))
+    assert m == {
+        "selection/valid_ratio": 3 / 5,  # C, D, E
+        "selection/strict_valid_ratio": 2 / 5,  # C, E: D's 1/16 is not above 1/16 + 1e-3
+        "selection/<1_ratio": 4 / 5,  # all but A
+        "selection/>0_ratio": 4 / 5,  # all but B
+        "selection/<15_16_ratio": 4 / 5,  # all but A
+        "selection/>1_16_ratio": 3 / 5,  # A, C, E
+    }
+    assert op.process([exp("F", 0, None)])[1] == {}  # no scored run: no metrics
+
+
 def test_pipeline_applies_operators_in_order() -> None:
     batch = (
         [exp("A", r, 1.0) for r in range(3)]
