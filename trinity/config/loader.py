@@ -24,6 +24,7 @@ from omegaconf.errors import (
 from trinity.config.errors import ConfigError
 from trinity.config.resolve import check_trainer_config_source, resolve
 from trinity.config.schema import Config, VerlTrainerConfig
+from trinity.config.spellings import upstream_spellings
 from trinity.config.stages import apply_stage, expand_stages
 from trinity.config.typed_yaml import build, to_plain
 from trinity.config.validate import validate
@@ -71,7 +72,7 @@ def config_from_dict(data: Mapping[str, Any] | DictConfig) -> Config:
     """
     if isinstance(data, DictConfig):
         data = _to_container(data)
-    cfg = build(Config, data)
+    cfg = build(Config, upstream_spellings(data))
     for index, stage in enumerate(cfg.stages):
         apply_stage(cfg, stage, index)  # checks the stage's keys against the schema
     return cfg

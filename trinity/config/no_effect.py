@@ -160,6 +160,16 @@ NO_EFFECT: dict[str, str] = {
         "not implemented: checkpoints stay after loading"
     ),
     # services and pipelines
+    "explorer.service_status_check_interval": (
+        "serve mode runs one engine in its own process: no proxy polls engines' health"
+    ),
+    "explorer.min_running_model_num": (
+        "serve mode runs one engine and syncs no weights while serving"
+    ),
+    "explorer.db_url": (
+        "no request history is recorded; rewarded calls go to "
+        "buffer.trainer_input.experience_buffer"
+    ),
 }
 
 _MIX_BATCH = (

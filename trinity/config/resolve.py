@@ -229,6 +229,47 @@ def _resolve_explorer(cfg: Config) -> None:
         prompt, response = engine.max_prompt_tokens, engine.max_response_tokens
         if engine.max_model_len is None and prompt is not None and response is not None:
             engine.max_model_len = prompt + response
+    if cfg.mode == "serve":
+        _resolve_serve_address(cfg)
+
+
+def _resolve_serve_address(cfg: Config) -> None:
+    """Trinity-RFT's serve-proxy keys name the endpoint mode serve opens on the rollout
+    model (trinity/explorer/serve.py): ``proxy_port`` (older: ``api_port``) its port,
+    ``listen_address`` its host. A key the rollout model already sets otherwise conflicts."""
+    explorer, rollout = cfg.explorer, cfg.explorer.rollout_model
+    port = explorer.proxy_port
+    if port is None:
+        port = explorer.api_port
+    elif explorer.api_port is not None and explorer.api_port != port:
+        raise ConfigError(
+            "explorer.api_port",
+            "is the older name of explorer.proxy_port, which gives another port",
+            value=explorer.api_port,
+            valid=f"proxy_port alone ({port})",
+        )
+    if port is not None:
+        if rollout.openai_api_port not in (0, port):
+            raise ConfigError(
+                "explorer.proxy_port",
+                "names the serve endpoint's port, which rollout_model.openai_api_port "
+                f"already sets to {rollout.openai_api_port}",
+                value=port,
+                valid="one of the two, or the same port in both",
+            )
+        rollout.openai_api_port = port
+    host = explorer.listen_address
+    if host is not None:
+        default = type(rollout)().openai_api_host  # the schema's default (127.0.0.1)
+        if rollout.openai_api_host not in (default, host):
+            raise ConfigError(
+                "explorer.listen_address",
+                "names the serve endpoint's address, which rollout_model.openai_api_host "
+                f"already sets to {rollout.openai_api_host}",
+                value=host,
+                valid="one of the two, or the same address in both",
+            )
+        rollout.openai_api_host = host
 
 
 def _resolve_synchronizer(cfg: Config) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,3 +21,12 @@ def minimal_config(root: Path) -> dict[str, Any]:
             "trainer_input": {"experience_buffer": {"name": "exp"}},
         },
     }
+
+
+def resolved_config(data: dict[str, Any]) -> Any:
+    """``data`` built, resolved (at a fixed time) and validated."""
+    from trinity.config import config_from_dict, resolve, validate
+
+    cfg = resolve(config_from_dict(data), now=datetime(2024, 1, 1))
+    validate(cfg)
+    return cfg

@@ -56,6 +56,10 @@ CONSUMED_IN_CONFIG = {
     "trainer.max_token_len_per_gpu": "resolve.py",  # actor.ppo_max_token_len_per_gpu
     "trainer.trainer_config.trainer.n_gpus_per_node": "trainer_ranks.py",  # trainer layout
     "stages[].stage_name": "stages.py",  # the stage's experiment name
+    # Trinity-RFT's serve proxy: mode serve's endpoint on the rollout model
+    "explorer.proxy_port": "resolve.py",
+    "explorer.api_port": "resolve.py",
+    "explorer.listen_address": "resolve.py",
     **{  # Trinity-RFT's data_selector section, copied into task_selector
         f"{storage}.data_selector.selector_type": "resolve.py" for storage in _STORAGES
     },

@@ -5,41 +5,33 @@ an eval taskset named as its training taskset, RAFT with one rollout per task,
 
 from __future__ import annotations
 
-from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
-from config_testing import minimal_config
+from config_testing import minimal_config, resolved_config
 
-from trinity.config import ConfigError, config_from_dict, resolve, validate
+from trinity.config import ConfigError, config_from_dict
 from trinity.config.no_effect import set_without_effect
 from trinity.explorer.best_of_group import keep_best_of_group
 from trinity.types import EID, Experience
 
 
-def _resolved(data: dict[str, Any]) -> Any:
-    cfg = resolve(config_from_dict(data), now=datetime(2024, 1, 1))
-    validate(cfg)
-    return cfg
-
-
 def test_an_eval_taskset_may_share_its_training_tasksets_name(tmp_path: Path) -> None:
     data = minimal_config(tmp_path)
     data["buffer"]["explorer_input"]["eval_tasksets"] = [{"name": "tasks", "path": "/data/t"}]
-    cfg = _resolved(data)
+    cfg = resolved_config(data)
     assert [t.name for t in cfg.buffer.explorer_input.eval_tasksets] == ["tasks"]
     # the experience buffer still may not take a training taskset's name
     data["buffer"]["trainer_input"]["experience_buffer"]["name"] = "tasks"
     with pytest.raises(ConfigError, match=r"experience_buffer\.name: is already used by"):
-        _resolved(data)
+        resolved_config(data)
 
 
 def test_raft_runs_with_one_rollout_per_task(tmp_path: Path) -> None:
     data = minimal_config(tmp_path)
     data["algorithm"] = {"algorithm_type": "raft", "repeat_times": 1}
-    assert _resolved(data).algorithm.repeat_times == 1
+    assert resolved_config(data).algorithm.repeat_times == 1
     # a group of one keeps its rollout when it scored above 0 (RAFT's reward filter)
     exps = [
         Experience(
@@ -60,11 +52,12 @@ def test_schema_type_sft_names_what_an_auxiliary_buffer_holds(tmp_path: Path) ->
     aux = {"name": "sft_dataset", "path": "/data/sft", "schema_type": "sft"}
     data["buffer"]["trainer_input"]["auxiliary_buffers"] = {"sft_dataset": aux}
     assert (
-        _resolved(data).buffer.trainer_input.auxiliary_buffers["sft_dataset"].schema_type == "sft"
+        resolved_config(data).buffer.trainer_input.auxiliary_buffers["sft_dataset"].schema_type
+        == "sft"
     )
     aux["schema_type"] = "dpo"
     with pytest.raises(ConfigError, match=r"auxiliary_buffers\.sft_dataset\.schema_type: .*SFT"):
-        _resolved(data)
+        resolved_config(data)
 
 
 def test_schema_type_of_a_dataset_must_match_the_algorithms_rows(tmp_path: Path) -> None:
@@ -76,10 +69,10 @@ def test_schema_type_of_a_dataset_must_match_the_algorithms_rows(tmp_path: Path)
         "path": "/data/pairs",
         "schema_type": "dpo",
     }
-    assert _resolved(data).buffer.trainer_input.experience_buffer.schema_type == "dpo"
+    assert resolved_config(data).buffer.trainer_input.experience_buffer.schema_type == "dpo"
     data["buffer"]["trainer_input"]["experience_buffer"]["schema_type"] = "sft"
     with pytest.raises(ConfigError, match="trains on dpo rows"):
-        _resolved(data)
+        resolved_config(data)
 
 
 def test_vllm_request_logging_and_wandb_preview_are_reported_without_effect(

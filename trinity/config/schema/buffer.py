@@ -133,7 +133,9 @@ class StorageConfig:
         None, "rollouts per task; unset: algorithm.repeat_times for tasksets, 1 for eval tasksets"
     )
     task_selector: Literal["sequential", "shuffle", "random"] = setting(
-        "sequential", "order in which tasks are read: in file order, shuffled per epoch, or sampled"
+        "sequential",
+        "order in which tasks are read: in file order, shuffled per epoch, or sampled; "
+        "a section here (Trinity-RFT v0.6's spelling) is read as data_selector",
     )
     data_selector: DataSelectorConfig = setting(
         DataSelectorConfig, "Trinity-RFT's selector section; selector_type overrides task_selector"

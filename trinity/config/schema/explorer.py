@@ -118,3 +118,24 @@ class ExplorerConfig:
     bench_on_latest_checkpoint: bool = setting(
         False, "bench mode: evaluate only the latest checkpoint instead of every saved one"
     )
+    # Trinity-RFT's serve-mode proxy (trinity/explorer/serve.py serves the rollout model)
+    proxy_port: int | None = setting(
+        None,
+        "mode serve: port of the endpoint, i.e. rollout_model.openai_api_port, which it "
+        "fills when that is 0; unset: openai_api_port",
+    )
+    api_port: int | None = setting(None, "older name of proxy_port")
+    listen_address: str | None = setting(
+        None,
+        "mode serve: address the endpoint binds, i.e. rollout_model.openai_api_host, which "
+        "it replaces when that is left at 127.0.0.1; unset: openai_api_host",
+    )
+    service_status_check_interval: int = setting(
+        60, "seconds between the serve proxy's health checks of its engines"
+    )
+    min_running_model_num: int = setting(
+        1, "engines the serve proxy keeps running while others sync weights"
+    )
+    db_url: str | None = setting(
+        None, "database of the serve proxy's request history; unset: in the buffer's directory"
+    )
