@@ -17,6 +17,10 @@ ignores ids it does not hold, an unknown or already scored id fails the call (40
 ``buffer.trainer_input.experience_buffer``, where a trainer (mode ``train``, or another
 run) reads them; calls without feedback are never written.
 
+The endpoint listens on ``explorer.rollout_model.openai_api_host:openai_api_port``; a
+config written for upstream's proxy sets them with ``explorer.proxy_port`` (older:
+``api_port``) and ``explorer.listen_address`` (resolved in trinity/config/resolve.py).
+
     trinity run --config serve.yaml   # mode: serve; Ctrl-C commits and stops
 """
 
