@@ -8,10 +8,15 @@ then constant, or a cosine or linear decay down to ``min_lr_ratio * lr`` at
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from trinity.trainer.precision import MasterWeights
 
 
 def warmup_steps(lr_warmup_steps: int, lr_warmup_steps_ratio: float, total_steps: int) -> int:
@@ -73,3 +78,36 @@ def build_optimizer(
         )
 
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def optimizer_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    *,
+    grad_clip: float,
+    master: MasterWeights | None = None,
+    sharded: bool = False,
+    logger: logging.Logger,
+) -> float:
+    """Clip the accumulated gradient to ``grad_clip`` (<= 0: no clipping), step unless
+    its norm is not finite, advance the schedule, clear the gradient; returns the norm.
+    ``master``: bf16 parameters whose fp32 masters take the step; ``sharded``: FSDP
+    parameters, whose norm is taken over every rank's shard."""
+    if master is not None:
+        norm = master.step(optimizer, grad_clip)
+        if not torch.isfinite(torch.tensor(norm)):
+            logger.warning("non-finite gradient norm %s: skipping the update", norm)
+        scheduler.step()
+        return norm
+    params = [p for p in model.parameters() if p.grad is not None]
+    norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else float("inf"))
+    if sharded:
+        norm = norm.full_tensor()  # the norm over every rank's shard
+    if torch.isfinite(norm):
+        optimizer.step()
+    else:
+        logger.warning("non-finite gradient norm %s: skipping the update", float(norm))
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return float(norm)

@@ -1,0 +1,54 @@
+"""Log-probs of a batch without gradient, over the trainer's ranks: the reference
+model's, and the policy's own when rollout correction recomputes the old log-probs."""
+
+from __future__ import annotations
+
+import torch
+
+from trinity.trainer import distributed
+from trinity.trainer.actor import forward_logprobs
+from trinity.trainer.batch import TrainBatch
+
+
+def batch_logprobs(
+    model: torch.nn.Module,
+    batch: TrainBatch,
+    micro_size: int,
+    max_tokens: int | None,
+    *,
+    temperature: float,
+    compute_dtype: torch.dtype | None,
+    rank: int = 0,
+    world_size: int = 1,
+    balance: bool = False,
+    every_row: bool = False,
+) -> torch.Tensor:
+    """(B, R) log-probs of ``model``, in micro-batches of ``micro_size`` rows (or packed
+    to ``max_tokens``). With several ranks each computes its rows
+    (``distributed.rows_of_rank``) and the ranks exchange them; ``every_row``: this rank
+    computes every row (the sharded policy, whose forward passes every rank must join)."""
+    if every_row or world_size == 1:
+        return _forward(model, batch, micro_size, max_tokens, temperature, compute_dtype)
+    rows = distributed.rows_of_rank(batch, rank, world_size, balance)
+    part = batch.select(rows)
+    local = batch.old_logprobs[rows]
+    if part.size:
+        local = _forward(model, part, micro_size, max_tokens, temperature, compute_dtype)
+    return distributed.all_reduce_rows(batch.old_logprobs, rows, local)
+
+
+def _forward(
+    model: torch.nn.Module,
+    batch: TrainBatch,
+    micro_size: int,
+    max_tokens: int | None,
+    temperature: float,
+    compute_dtype: torch.dtype | None,
+) -> torch.Tensor:
+    micros = batch.split(micro_size, max_tokens)
+    return torch.cat(
+        [
+            forward_logprobs(model, m, temperature=temperature, compute_dtype=compute_dtype)[0]
+            for m in micros
+        ]
+    )
