@@ -21,6 +21,9 @@ a missing or wrongly typed prompt key) raises an error naming the file, the line
 row) and the key; given an ``InvalidRows``, the reader skips and records it instead
 (``skip_invalid_rows: true``). A file that cannot be parsed at all (a broken JSON
 list, a corrupt parquet file) always raises.
+
+With ``progress`` (a storage's ``enable_progress_bar``) a tqdm bar on stderr counts the
+rows of each file as they are read.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -61,6 +65,7 @@ def read_rows(
     subset_name: str | None = None,
     required_keys: Mapping[str, str] | Iterable[KeyRule] | None = None,
     invalid: InvalidRows | None = None,
+    progress: bool = False,
 ) -> list[dict[str, Any]]:
     """All rows of ``split`` under ``path``, in file order.
 
@@ -68,11 +73,21 @@ def read_rows(
     (``{"question": "format.prompt_key"}``), for the error message, or is a list of
     ``KeyRule`` that also check the value's kind. A malformed row raises (naming file,
     line and key) unless ``invalid`` is given: then it is skipped and recorded there.
+    ``progress``: a progress bar on stderr per file.
     """
     rows: list[dict[str, Any]] = []
     for file in find_data_files(path, split, subset_name):
-        rows.extend(read_file(file, required_keys, invalid))
+        rows.extend(read_file(file, required_keys, invalid, progress))
     return rows
+
+
+def with_progress(items: list, what: str, shown: bool) -> Iterable:
+    """``items``, counted by a tqdm bar on stderr (``reading <what>``) when ``shown``."""
+    if not shown:
+        return items
+    from tqdm import tqdm
+
+    return tqdm(items, desc=f"reading {what}", unit=" rows", file=sys.stderr)
 
 
 def find_data_files(path: str, split: str = "train", subset_name: str | None = None) -> list[str]:
@@ -150,6 +165,7 @@ def read_file(
     file: str,
     required_keys: Mapping[str, str] | Iterable[KeyRule] | None = None,
     invalid: InvalidRows | None = None,
+    progress: bool = False,
 ) -> list[dict[str, Any]]:
     """Rows of one data file, each checked against ``required_keys`` (see ``read_rows``)."""
     fmt = FORMATS.get(os.path.splitext(file)[1].lower())
@@ -167,7 +183,7 @@ def read_file(
         ]
     rules = as_rules(required_keys)
     rows = []
-    for where, row, problem in located:
+    for where, row, problem in with_progress(located, file, progress):
         error: Exception | None = None
         if problem is not None:
             error = MalformedRowError(f"{file}, {where}: {problem}")

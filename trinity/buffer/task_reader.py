@@ -32,7 +32,8 @@ stream after that many batches. A mix of one taskset reads what its reader reads
 
 Rows that lack the prompt key or hold the wrong type there, or cannot be parsed, stop
 the reader with an error naming file, line and key; with ``skip_invalid_rows: true``
-they are left out, counted in ``invalid.count`` and summarised in a warning.
+they are left out, counted in ``invalid.count`` and summarised in a warning. With
+``enable_progress_bar: true`` a tqdm bar on stderr counts the rows as they are read.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ import numpy as np
 
 from trinity.buffer.difficulty_selector import DifficultySelector, DifficultySettings
 from trinity.buffer.errors import InvalidRows, MalformedRowError, MissingKeyError, TasksetExhausted
-from trinity.buffer.file_reader import read_rows
+from trinity.buffer.file_reader import read_rows, with_progress
 from trinity.buffer.row_check import format_rules, row_problem
 from trinity.buffer.sql_storage import SQLTaskStorage
 from trinity.types import Task
@@ -129,6 +130,7 @@ class TasksetReader:
         self.workflow = getattr(storage_cfg, "default_workflow_type", None) or default_workflow
         self.reward_fn = getattr(storage_cfg, "default_reward_fn_type", None) or default_reward_fn
         self.skip_invalid = bool(getattr(storage_cfg, "skip_invalid_rows", False))
+        self.progress = bool(getattr(storage_cfg, "enable_progress_bar", False))
         self.invalid = InvalidRows()  # rows left out under skip_invalid_rows
         self.rows = self._load_rows()
         if self.invalid.count:
@@ -178,6 +180,7 @@ class TasksetReader:
                 subset_name=getattr(self.cfg, "subset_name", None),
                 required_keys=rules,
                 invalid=invalid,
+                progress=self.progress,
             )
         if storage_type == "sql":
             storage = SQLTaskStorage(self.cfg.path)
@@ -186,7 +189,8 @@ class TasksetReader:
             finally:
                 storage.close()
             kept = []
-            for i, row in enumerate(rows):
+            # the name, not the URL, which may hold a password
+            for i, row in enumerate(with_progress(rows, self.name or "sql", self.progress)):
                 if not isinstance(row, Mapping):
                     found: tuple[str, bool] | None = (
                         f"expected a JSON object, got {type(row).__name__}",

@@ -78,13 +78,6 @@ NO_EFFECT: dict[str, str] = {
     },
     # tasksets and buffers
     **{
-        f"{storage}.{key}": why
-        for storage in _STORAGES
-        for key, why in (
-            ("enable_progress_bar", "not implemented: datasets are read without a progress bar"),
-        )
-    },
-    **{
         f"{taskset}.{key}": "a taskset is read in its selector's order; priority is for queues"
         for taskset in _STORAGES[:3]
         for key in _QUEUE_KEYS
