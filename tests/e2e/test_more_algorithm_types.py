@@ -10,6 +10,11 @@
   rec, grpo_verl) and the distillation types (on_policy_distill, jsd, with the tiny
   model as its own teacher) each train 2 steps on the tiny model as the stages of one
   ``trinity run`` (one Ray start), from their example configs made small.
+- A last stage of that run, ``upstream_keys`` (grpo, 3 steps), sets Trinity-RFT's keys of
+  a replay buffer, a taskset's data_selector and a cosine LR schedule with warm-up; its
+  job directory shows each at work: ``actor/lr`` per step follows the schedule, a train
+  step read experiences again (``batch/replayed``), and the explorer read the taskset in
+  the order the reader with that seed gives in this process.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import pytest
 import yaml
 from cli_testing import REPO, run_cli
 
+from trinity.buffer.task_reader import TasksetReader
 from trinity.config import ConfigError, load_config
 from trinity.config.algorithm_defaults import ALGORITHM_DEFAULTS, NONE
 
@@ -165,11 +171,51 @@ def trainer_rows(job: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-@pytest.mark.slow
-def test_each_type_trains_two_steps_as_a_stage_of_one_run(
-    tiny_model_dir: Path, tmp_path: Path
-) -> None:
-    path = staged_config(tiny_model_dir, tmp_path, [small_stage(t) for t in RUN_TYPES])
+# the upstream_keys stage: 3 steps, a cosine schedule after a 2-step warm-up
+LR, WARMUP, MIN_LR_RATIO, STEPS = 1e-3, 2, 0.1, 3
+SEED = 7  # the taskset's data_selector seed (the run's seed stays 42)
+
+
+def upstream_keys_stage(root: Path) -> dict:
+    """Grpo on the arithmetic taskset with Trinity-RFT's keys of a replay buffer, a data
+    selector and an LR schedule; the experience buffer backs up to ``root``."""
+    stage = small_stage("grpo")
+    stage["stage_name"] = "upstream_keys"
+    stage["buffer"]["total_steps"] = STEPS
+    stage["algorithm"]["optimizer"] = {
+        "lr": LR,
+        "lr_scheduler_type": "cosine",
+        "lr_warmup_steps": WARMUP,
+        "min_lr_ratio": MIN_LR_RATIO,
+    }
+    taskset = stage["buffer"]["explorer_input"]["taskset"]
+    taskset["path"] = str(EXAMPLES / "arithmetic" / "data")  # read by the test too
+    taskset["data_selector"] = {"selector_type": "shuffle", "seed": SEED}
+    stage["buffer"]["trainer_input"] = {
+        "experience_buffer": {
+            "name": "replayed",
+            "storage_type": "queue",
+            "path": str(root / "upstream_keys_experiences.jsonl"),
+            # read again at once: the trainer's next read finds them before the explorer
+            # has rolled out with the weights that read trained
+            "replay_buffer": {
+                "enable": True,
+                "priority_fn": "linear_decay",
+                "priority_fn_args": {"decay": 2.0},
+                "reuse_cooldown_time": 0.0,
+            },
+        }
+    }
+    return stage
+
+
+@pytest.fixture(scope="module")
+def staged_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One ``trinity run`` of every type of RUN_TYPES and the upstream_keys stage; the
+    root of its jobs (``types/stages/<stage>``)."""
+    root = tmp_path_factory.mktemp("staged_run")
+    stages = [small_stage(t) for t in RUN_TYPES] + [upstream_keys_stage(root)]
+    path = staged_config(tiny_model_dir, root, stages)
     result = run_cli(
         "run",
         "--config",
@@ -177,8 +223,13 @@ def test_each_type_trains_two_steps_as_a_stage_of_one_run(
         env={**os.environ, "TRINITY_TEACHER_PATH": str(tiny_model_dir)},
     )
     assert result.returncode == 0, result.stderr[-4000:]
+    return root
+
+
+@pytest.mark.slow
+def test_each_type_trains_two_steps_as_a_stage_of_one_run(staged_run: Path) -> None:
     for name, metrics in RUN_TYPES.items():
-        job = tmp_path / "types" / "stages" / name
+        job = staged_run / "types" / "stages" / name
         config = yaml.safe_load((job / "config.yaml").read_text())
         assert config["algorithm"]["algorithm_type"] == name
         rows = trainer_rows(job)
@@ -188,9 +239,66 @@ def test_each_type_trains_two_steps_as_a_stage_of_one_run(
                 assert math.isfinite(row[key]), (name, key, row.get(key))
         assert (job / "global_step_2" / "actor" / "model_world_size_1_rank_0.pt").exists()
     for name in ("on_policy_distill", "jsd"):  # the teacher's log-probs were there
-        [path] = (tmp_path / "types" / "stages" / name / "monitor").rglob(
+        [path] = (staged_run / "types" / "stages" / name / "monitor").rglob(
             "*_explorer_metrics.jsonl"
         )
         rows = [json.loads(line) for line in path.read_text().splitlines()]
         kls = [r["rollout/teacher_kl/mean"] for r in rows if "rollout/teacher_kl/mean" in r]
         assert len(kls) == 2 and all(math.isfinite(k) for k in kls), (name, rows)
+
+
+def expected_lr(step: int) -> float:
+    """The LR after train step ``step`` (1-based): the schedule's value at optimizer step
+    ``step`` (0-based), a warm-up of (s + 1) / WARMUP, then cosine to MIN_LR_RATIO."""
+    if step < WARMUP:
+        return LR * (step + 1) / WARMUP
+    progress = (step - WARMUP) / (STEPS - WARMUP)
+    return LR * (MIN_LR_RATIO + (1 - MIN_LR_RATIO) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+@pytest.mark.slow
+def test_upstream_keys_of_replay_selector_and_schedule_act_in_a_run(staged_run: Path) -> None:
+    job = staged_run / "types" / "stages" / "upstream_keys"
+    rows = trainer_rows(job)
+    assert [r["step"] for r in rows] == [1, 2, 3]
+
+    # (a) warm-up to LR by step 2 (without it: 0.325 LR), then cosine down to 0.1 LR
+    assert [expected_lr(s) for s in (1, 2, 3)] == pytest.approx([LR, LR, LR * MIN_LR_RATIO])
+    assert [r["actor/lr"] for r in rows] == pytest.approx([expected_lr(s) for s in (1, 2, 3)])
+
+    # (b) every step read a full batch (2 tasks x 2 rollouts); step 1 had nothing to
+    # read again, a later one read experiences the queue had handed out before
+    assert [r["batch/size"] for r in rows] == [4.0, 4.0, 4.0]
+    replayed = [r["batch/replayed"] for r in rows]
+    assert replayed[0] == 0 and sum(replayed) > 0, replayed
+    # the backup holds each experience once, however often it was read
+    written = [
+        json.loads(line)
+        for line in (staged_run / "upstream_keys_experiences.jsonl").read_text().splitlines()
+    ]
+    assert len({json.dumps(e["eid"]) for e in written}) == len(written)
+    assert sum(r["batch/size"] for r in rows) - sum(replayed) <= len(written)
+
+    # (c) the tasks of each explore step, from the backup, are the batches the reader of
+    # that taskset with seed 7 gives here: a shuffle, not the file order
+    config = yaml.safe_load((job / "config.yaml").read_text())
+    taskset = config["buffer"]["explorer_input"]["taskset"]
+    assert (taskset["data_selector"]["selector_type"], taskset["data_selector"]["seed"]) == (
+        "shuffle",
+        SEED,
+    )
+    explored: dict[int, set[int]] = {}
+    for e in written:
+        explored.setdefault(int(e["eid"]["batch"]), set()).add(int(e["eid"]["task"]))
+    reader = TasksetReader(
+        load_config(job / "config.yaml").buffer.explorer_input.taskset,
+        batch_size=2,
+        total_steps=STEPS,
+        seed=SEED,
+        selector="shuffle",
+        default_workflow="math_workflow",
+    )
+    batches = [{t.index for t in reader.read_batch()} for _ in range(STEPS)]
+    assert [explored[step] for step in sorted(explored)] == batches[: len(explored)]
+    assert len(explored) >= 2, explored
+    assert batches[:2] != [{0, 1}, {2, 3}]

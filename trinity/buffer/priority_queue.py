@@ -19,7 +19,8 @@ Reuse (``reuse_cooldown_time``):
 - ``t`` seconds: after being read, an experience stays in the queue with
   ``use_count + 1`` and can be read again once ``t`` seconds have passed; with
   ``use_count_limit`` k > 0 (``decay_limit_randomization``) it leaves the queue after
-  its k-th read instead.
+  its k-th read instead. Each read returns a copy whose ``info["use_count"]`` is the
+  number of earlier reads (0 the first time).
 
 The queue never blocks a writer: when a put would exceed ``capacity``, the
 lowest-priority experiences (stale or much reused) are evicted and counted in
@@ -188,16 +189,21 @@ class PriorityExperienceQueue:
                 taken.append(self._entries.pop(i))
                 self._keys.pop(i)
             i -= 1
-        reuse = self.reuse_cooldown_time is not None and not self._closed
+        if self.reuse_cooldown_time is None or self._closed:
+            return [entry.exp for entry in taken]
+        out = []
         for entry in taken:
-            if reuse:
-                entry.use_count += 1
-                if self.use_count_limit and entry.use_count >= self.use_count_limit:
-                    continue  # read use_count_limit times: not put back
-                entry.ready_at = now + self.reuse_cooldown_time
-                self._insert(entry)
-        # a copy per read: a reader that reassigns fields does not change the held one
-        return [copy.copy(e.exp) if reuse else e.exp for e in taken]
+            # a copy per read: a reader that reassigns fields does not change the held one;
+            # its info counts the earlier reads (the trainer's batch/replayed)
+            exp = copy.copy(entry.exp)
+            exp.info = {**entry.exp.info, "use_count": entry.use_count}
+            out.append(exp)
+            entry.use_count += 1
+            if self.use_count_limit and entry.use_count >= self.use_count_limit:
+                continue  # read use_count_limit times: not put back
+            entry.ready_at = now + self.reuse_cooldown_time
+            self._insert(entry)
+        return out
 
     def _check_open(self) -> None:
         if self._closed:

@@ -217,6 +217,8 @@ class Trainer:
             metrics.update(self._actor_update(batch))
         self.global_step += 1
         metrics.update(self._batch_metrics(batch))
+        # read before from a replay buffer (the priority queue marks each read)
+        metrics["batch/replayed"] = float(sum(e.info.get("use_count", 0) > 0 for e in experiences))
         metrics["actor/lr"] = float(self.scheduler.get_last_lr()[0])
         metrics["time/train_step"] = time.perf_counter() - start
         return metrics
