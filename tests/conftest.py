@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -142,6 +143,7 @@ def shared_ray_head() -> Iterator[str]:
             json.dumps({"worker_niceness": 0}),
         )
         yield address
+    shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

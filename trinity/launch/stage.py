@@ -185,6 +185,7 @@ def run_stage(
             actors.append((trainer_actors.lead, trainer_actors.key))
             rebuilding.extend([trainer_actors.rebuilt] if trainer_actors.rebuilt else [])
         ray.get(rebuilding)  # a start error is kept for the first call, as in a new actor
+        kept.kill_all()  # what the stage before left and this one did not take
         refs: dict[str, Any] = {}
         if explorer is not None:
             refs["explorer"] = explorer.run.remote(total_steps, start_step)

@@ -8,7 +8,9 @@ drops what its role built (:meth:`Reusable.retire`) and the next stage builds it
 in the same process (:meth:`Reusable.restart`, the constructor with the new stage's
 arguments). An actor is handed on only to a stage that would start it with the same
 Ray options (name, resources, runtime environment); the others are killed at the end of
-their stage as before, and so is every kept actor when the run ends or fails.
+their stage as before. A kept actor the next stage does not take is killed once that
+stage has started its actors (an idle process holds its imports, a few hundred MB), and
+every kept actor when the run ends or fails.
 
 Not handed on: the trainer's ranks of a data-parallel group (they leave their process
 group at the end of the stage) and a trainer that serves an NCCL weight group.
@@ -17,7 +19,7 @@ group at the end of the stage) and a trainer that serves an NCCL weight group.
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from typing import Any
 
 
@@ -49,29 +51,55 @@ def reusable(cls: type) -> type:
 
 
 class StageActors:
-    """The actors kept between the stages of one run, by the options that started them."""
+    """The actors kept between the stages of one run, by the options that started them.
+
+    A key is a tuple whose second item, when it has one, is the actor's Ray name."""
 
     def __init__(self) -> None:
-        self._idle: dict[Hashable, Any] = {}
+        self._idle: dict[tuple, Any] = {}
 
-    def start(self, key: Hashable, create: Callable[[], Any], *args: Any) -> tuple[Any, Any]:
+    def start(self, key: tuple, create: Callable[[], Any], *args: Any) -> tuple[Any, Any]:
         """A kept actor for ``key`` rebuilt with ``args``, or ``create()`` started with
         them; returns ``(actor, ref)``, where ``ref`` is the rebuild's ray ref (None for a
         new actor). Wait for the ref before calling the actor: its calls may run
-        concurrently."""
+        concurrently. A kept actor of another key holding the same name is stopped first."""
         actor = self._idle.pop(key, None)
-        if actor is None:
-            return create().remote(*args), None
-        return actor, actor.restart.remote(*args)
+        if actor is not None:
+            return actor, actor.restart.remote(*args)
+        name = key[1] if len(key) > 1 else None
+        clashing = [k for k in self._idle if name is not None and len(k) > 1 and k[1] == name]
+        if clashing:
+            self._kill(clashing)
+            _wait_until_released(name)
+        return create().remote(*args), None
 
-    def keep(self, key: Hashable, actor: Any) -> Any:
+    def keep(self, key: tuple, actor: Any) -> Any:
         """Retire ``actor``'s role and keep it for a later stage; returns the retire ref."""
         self._idle[key] = actor
         return actor.retire.remote()
 
     def kill_all(self) -> None:
+        """Stop every kept actor no stage has taken (the stage that follows has started
+        its own, or the run ends)."""
+        self._kill(list(self._idle))
+
+    def _kill(self, keys: list[tuple]) -> None:
         import ray
 
-        for actor in self._idle.values():
-            ray.kill(actor)
-        self._idle.clear()
+        for key in keys:
+            ray.kill(self._idle.pop(key))
+
+
+def _wait_until_released(name: str, timeout: float = 10.0) -> None:
+    """Until no live actor holds the Ray name ``name`` (a killed actor lets it go soon after)."""
+    import time
+
+    import ray
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            ray.get_actor(name)
+        except ValueError:
+            return
+        time.sleep(0.05)

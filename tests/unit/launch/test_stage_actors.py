@@ -74,8 +74,8 @@ def test_a_kept_actor_is_taken_by_the_same_key_only() -> None:
     assert rebuilt is None and len(create.started) == 1
     kept.keep(("explorer", "explorer"), first)
     assert not hasattr(first.obj, "model")  # retired while kept
-    # another key (e.g. other explorer.env_vars) gets an actor of its own
-    other, _ = kept.start(("explorer", "explorer", "env"), create, "x")
+    # another key (another actor name) gets an actor of its own
+    other, _ = kept.start(("buffer", "exp_b"), create, "x")
     assert other is not first and len(create.started) == 2
     again, rebuilt = kept.start(("explorer", "explorer"), create, "rft")
     assert again is first and len(create.started) == 2
@@ -83,3 +83,25 @@ def test_a_kept_actor_is_taken_by_the_same_key_only() -> None:
     # taken: a second start of the key in the same stage starts a new actor
     third, _ = kept.start(("explorer", "explorer"), create, "grpo")
     assert third is not first and len(create.started) == 3
+
+
+def test_a_kept_actor_in_the_way_of_a_new_ones_name_is_stopped_first(monkeypatch) -> None:
+    import ray
+
+    from trinity.launch import stage_actors
+
+    killed, waited = [], []
+    monkeypatch.setattr(ray, "kill", killed.append)
+    monkeypatch.setattr(stage_actors, "_wait_until_released", waited.append)
+    kept, create = StageActors(), Creator()
+    old, _ = kept.start(("explorer", "explorer", "env A"), create, "sft")
+    buffer, _ = kept.start(("buffer", "exp_a"), create, "sft")
+    kept.keep(("explorer", "explorer", "env A"), old)
+    kept.keep(("buffer", "exp_a"), buffer)
+    # same name, other options (explorer.env_vars): the kept one must free the name
+    new, rebuilt = kept.start(("explorer", "explorer", "env B"), create, "rft")
+    assert new is not old and rebuilt is None
+    assert killed == [old] and waited == ["explorer"]
+    # the stage has its actors: the buffer it did not take is stopped
+    kept.kill_all()
+    assert killed == [old, buffer]
