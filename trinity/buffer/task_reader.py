@@ -1,5 +1,8 @@
 """Batches of tasks from a taskset (``buffer.explorer_input.taskset`` / ``eval_tasksets``).
 
+Past 400 lines on purpose: the stream of passes, each selector's order and the reader's
+resumable state are one concern.
+
 The reader turns the taskset into one stream of ``total_epochs`` passes (or, when
 ``total_steps`` is set, as many passes as ``total_steps`` batches need) and cuts it
 into batches of ``batch_size`` tasks. Batches run across epoch boundaries, so nothing

@@ -1,5 +1,8 @@
 """Derived values of a config, computed by one pure function.
 
+Past 400 lines on purpose: one derivation per schema section, applied in one order (later
+sections read what earlier ones derived), so they stay in one pure function's module.
+
 ``resolve(cfg, now=...)`` returns a new ``Config`` in which every "unset: ..." field of
 the schema holds its effective value. It reads nothing but its arguments: no files, no
 environment, no cluster. The documented derivations:

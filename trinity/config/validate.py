@@ -1,5 +1,8 @@
 """Checks of a resolved config: types, ranges and combinations that cannot work.
 
+Past 400 lines on purpose: one check function per schema section, in schema order; they
+share the helpers at the top and are read as one pass over the config.
+
 ``validate`` only reads: it never creates files, never contacts a cluster and never
 changes a value. The first problem found is raised as a ``ConfigError`` naming the full
 key path and what would be valid.
@@ -404,15 +407,6 @@ def _check_explorer(cfg: Config) -> None:
     _at_least("explorer.max_retry_times", explorer.max_retry_times, 0)
     _at_least("explorer.eval_interval", explorer.eval_interval, 1)
     _at_least("explorer.max_repeat_times_per_runner", explorer.max_repeat_times_per_runner, 1)
-    ratio = explorer.over_rollout.ratio
-    if not 0 <= ratio < 1:
-        raise ConfigError(
-            "explorer.over_rollout.ratio",
-            "must lie in [0, 1): the share of a step's tasks it may go on without",
-            value=ratio,
-            valid="a number in [0, 1); 0 waits for every task",
-        )
-    _at_least("explorer.over_rollout.wait_after_min", explorer.over_rollout.wait_after_min, 0)
     ratio = explorer.over_rollout.ratio
     if not 0 <= ratio < 1:
         raise ConfigError(

@@ -29,7 +29,6 @@ from trinity.explorer.metrics import eval_metrics, rollout_metrics, score
 from trinity.explorer.runner import OverRollout, RunnerPool, RunResult
 from trinity.types import Experience, Task
 
-
 # RunResult counts a step adds up over its rounds
 _COUNTS = ("failed", "timed_out", "skipped", "cut", "partial", "retries", "refused_calls")
 

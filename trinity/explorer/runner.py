@@ -1,5 +1,8 @@
 """Workflow runners: run tasks concurrently, retry failures, time out hung ones.
 
+Past 400 lines on purpose: the pool's state (free slots, running parts, retries, time-outs,
+over-rollout cuts) is one structure that every path of ``run_tasks`` changes in one loop.
+
 The pool has ``runner_per_model x engine_num`` runner slots; slot ``i`` calls rollout
 engine ``i % engine_num`` and writes its own log file ``explorer_runner_<i>.log``. The
 engines merge the concurrent requests of their runners into shared decode batches.

@@ -1,5 +1,8 @@
 """Hand-written decode step for Llama-family models on the CPU.
 
+Past 400 lines on purpose: the decoder's weight packing and its per-layer step loop are one
+unit; the KV cache lives in :mod:`trinity.models.decode_batch`.
+
 transformers' forward costs far more than its matmuls when it decodes one token for a
 few dozen rows: its ``DynamicCache`` concatenates every layer's cache at each step,
 rotary tables are recomputed per layer, q / k / v and gate / up run as separate

@@ -1,5 +1,8 @@
 """ModelWrapper: what a workflow sees of a rollout model.
 
+Past 400 lines on purpose: the wrapper's public calls, sync and async, with their history;
+the pure preparation and packing steps live in :mod:`trinity.models.rollout_calls`.
+
 It turns chat messages or plain prompts into token ids, asks the engine for samples,
 and returns one :class:`~trinity.types.Experience` per sample (prompt + response
 tokens, the engine's logprobs, texts, model version). Sync and async calls share the

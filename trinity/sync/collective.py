@@ -1,5 +1,8 @@
 """Weight synchronisation by collective broadcast: ``synchronizer.sync_method: nccl``.
 
+Past 400 lines on purpose: packing, the layout message, the group, sender and receiver
+implement one handshake, described below.
+
 The weight group is a ``torch.distributed`` process group of its own, independent of
 the trainer's data-parallel group (it is built directly on a ``TCPStore``, so a process
 that is already in the default group joins it too):

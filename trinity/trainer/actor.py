@@ -1,5 +1,8 @@
 """Forward passes of the policy on a TrainBatch: response log-probs and entropy.
 
+Past 400 lines on purpose: the attention paths (grouped, packed prompts, SDPA) and the
+forward that chooses among them by their conditions are one concern.
+
 Only the last R + 1 positions' logits are computed (``logits_to_keep``), because the
 prompt is left-padded to a common width P and every response starts at column P.
 

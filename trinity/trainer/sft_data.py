@@ -1,5 +1,7 @@
 """SFT and DPO datasets as experiences: rows -> chat-template token ids and loss masks.
 
+Past 400 lines on purpose: every row layout below and its tokenization into loss masks.
+
 Row layouts (``StorageConfig.format``):
 
 - ``prompt_type: plaintext``: the ``prompt_key`` column is the user turn, preceded by a

@@ -166,7 +166,7 @@ def test_pass_rate_calculator_reports_upstreams_selection_fractions() -> None:
     )
     op = build_operator(EXPERIENCE_OPERATORS, {"name": "pass_rate_calculator"})
     out, m = op.process(batch)
-    assert len(out) == len(batch) and all(a is b for a, b in zip(out, batch))
+    assert len(out) == len(batch) and all(a is b for a, b in zip(out, batch, strict=True))
     assert m == {
         "selection/valid_ratio": 3 / 5,  # C, D, E
         "selection/strict_valid_ratio": 2 / 5,  # C, E: D's 1/16 is not above 1/16 + 1e-3
