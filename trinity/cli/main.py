@@ -7,7 +7,8 @@
     trinity debug --config FILE --module inference_model          # serve the model (OpenAI API)
     trinity debug --config FILE --module workflow --output-file F # run the workflow on a few tasks
 
-Configuration mistakes are reported on one line naming the key, exit code 2.
+Configuration mistakes are reported on one line naming the key, exit code 2; a run
+stopped with Ctrl-C says where its checkpoints are, exit code 130.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import logging
 import sys
 
 EXIT_CONFIG_ERROR = 2
+EXIT_INTERRUPTED = 130  # as a shell reports a process ended by SIGINT
 
 
 def _load_plugins(plugin_dirs: list[str]) -> None:
@@ -46,7 +48,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from trinity.launch.process_policy import apply_to_driver
 
     apply_to_driver()  # this process is the run's driver: before torch and Ray are imported
-    from trinity.config import ConfigError, dry_run_report, load_config, read_config
+    from trinity.config import ConfigError, dry_run_report, job_dir, load_config, read_config
     from trinity.config.lookups import check_lookups
     from trinity.config.no_effect import describe, set_without_effect
 
@@ -82,6 +84,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except (RunError, ClusterError) as err:
         print(f"trinity: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(
+            f"trinity: interrupted; {job_dir(config)} keeps the checkpoints saved so far "
+            "(run again with continue_from_checkpoint: true to resume after the latest)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
     return 0
 
 
