@@ -167,7 +167,9 @@ def test_run_broadcasts_the_published_weights_to_every_engine(
         "explorer.eval_on_startup=false",
         "buffer.explorer_input.eval_tasksets=[]",
         "model.max_response_tokens=8",
+        # a checkpoint of each step, both kept (the demo keeps its last one only)
         "trainer.save_interval=1",
+        "trainer.trainer_config.trainer.max_actor_ckpt_to_keep=null",
         "log.level=DEBUG",
         "buffer.trainer_input.experience_buffer.path=null",
         # a Ray instance of its own: never one that another test started and stops
