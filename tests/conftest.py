@@ -26,7 +26,9 @@ SERIAL = (
     "e2e/test_debug_cli.py",
     "e2e/test_judge_run.py",
     "e2e/test_lora_run.py",
+    # the two tests reading one staged run (a module fixture): together, so it runs once
     "e2e/test_more_algorithm_types.py::test_each_type_trains_two_steps_as_a_stage_of_one_run",
+    "e2e/test_more_algorithm_types.py::test_upstream_keys_of_replay_selector_and_schedule_act",
     "e2e/test_resume.py",
     "e2e/test_run_cli.py::test_two_step_grpo_run",
     "e2e/test_run_cli.py::test_a_run_that_returns_the_trainers_memory_between_steps",
