@@ -13,7 +13,6 @@ cleanup: the actors stop, or are kept for the next stage (``stage_actors``); the
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any
 from trinity.config import Config, to_yaml
 from trinity.config import job_dir as get_job_dir
 from trinity.launch.errors import RunError
-from trinity.launch.stage_actors import StageActors, reusable
+from trinity.launch.stage_actors import StageActors, reusable, wait_until_released
 from trinity.utils.resources import EXPLORER_CPUS, SERVICE_CPUS
 
 
@@ -129,7 +128,8 @@ def run_stage(
         def start(key, create, *args):
             actor, rebuilt = kept.start(key, create, *args)
             actors.append((actor, key))
-            rebuilding.extend([rebuilt] if rebuilt is not None else [])
+            if rebuilt is not None:
+                rebuilding.append(rebuilt)
             return actor
 
         synchronizer = start(
@@ -183,7 +183,8 @@ def run_stage(
             )
             actors.extend((rank, None) for rank in trainer_actors.ranks[1:])
             actors.append((trainer_actors.lead, trainer_actors.key))
-            rebuilding.extend([trainer_actors.rebuilt] if trainer_actors.rebuilt else [])
+            if trainer_actors.rebuilt is not None:
+                rebuilding.append(trainer_actors.rebuilt)
         ray.get(rebuilding)  # a start error is kept for the first call, as in a new actor
         kept.kill_all()  # what the stage before left and this one did not take
         refs: dict[str, Any] = {}
@@ -215,7 +216,7 @@ def run_stage(
         # the next stage names its actors the same way; a name is free once its actor is gone
         rank_names = trainer_actors.release() if trainer_actors is not None else []
         names = [config.explorer.name, config.trainer.name, _experience_buffer_name(config)]
-        _wait_until_released([n for n in names if n not in kept_names] + rank_names)
+        wait_until_released([n for n in names if n not in kept_names] + rank_names)
     return summarise(job_dir, results, model_dir)
 
 
@@ -256,16 +257,3 @@ def prepare_taskset(config: Config, job_dir: Path) -> Config:
 def _experience_buffer_name(config: Config) -> str:
     storage = config.buffer.trainer_input.experience_buffer
     return storage.name if storage is not None else ""
-
-
-def _wait_until_released(names: list[str], timeout: float = 10.0) -> None:
-    import ray
-
-    deadline = time.monotonic() + timeout
-    for name in filter(None, names):
-        while time.monotonic() < deadline:
-            try:
-                ray.get_actor(name)
-            except ValueError:
-                break
-            time.sleep(0.05)

@@ -70,7 +70,7 @@ class StageActors:
         clashing = [k for k in self._idle if name is not None and len(k) > 1 and k[1] == name]
         if clashing:
             self._kill(clashing)
-            _wait_until_released(name)
+            wait_until_released([name])
         return create().remote(*args), None
 
     def keep(self, key: tuple, actor: Any) -> Any:
@@ -90,16 +90,18 @@ class StageActors:
             ray.kill(self._idle.pop(key))
 
 
-def _wait_until_released(name: str, timeout: float = 10.0) -> None:
-    """Until no live actor holds the Ray name ``name`` (a killed actor lets it go soon after)."""
+def wait_until_released(names: list[str], timeout: float = 10.0) -> None:
+    """Until no live actor holds any of the Ray ``names`` (a killed actor lets its name go
+    soon after), at most ``timeout`` seconds in all; empty names are skipped."""
     import time
 
     import ray
 
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            ray.get_actor(name)
-        except ValueError:
-            return
-        time.sleep(0.05)
+    for name in filter(None, names):
+        while time.monotonic() < deadline:
+            try:
+                ray.get_actor(name)
+            except ValueError:
+                break
+            time.sleep(0.05)

@@ -92,7 +92,7 @@ def test_a_kept_actor_in_the_way_of_a_new_ones_name_is_stopped_first(monkeypatch
 
     killed, waited = [], []
     monkeypatch.setattr(ray, "kill", killed.append)
-    monkeypatch.setattr(stage_actors, "_wait_until_released", waited.append)
+    monkeypatch.setattr(stage_actors, "wait_until_released", waited.append)
     kept, create = StageActors(), Creator()
     old, _ = kept.start(("explorer", "explorer", "env A"), create, "sft")
     buffer, _ = kept.start(("buffer", "exp_a"), create, "sft")
@@ -101,7 +101,7 @@ def test_a_kept_actor_in_the_way_of_a_new_ones_name_is_stopped_first(monkeypatch
     # same name, other options (explorer.env_vars): the kept one must free the name
     new, rebuilt = kept.start(("explorer", "explorer", "env B"), create, "rft")
     assert new is not old and rebuilt is None
-    assert killed == [old] and waited == ["explorer"]
+    assert killed == [old] and waited == [["explorer"]]
     # the stage has its actors: the buffer it did not take is stopped
     kept.kill_all()
     assert killed == [old, buffer]
