@@ -250,12 +250,16 @@ def _reserve(layout: RankLayout, on_gpu: bool, timeout_s: float = 60.0):
     return group
 
 
-def _node_of(actor) -> str:
-    return ray.get(actor.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()))
-
-
-def _pid_of(actor) -> int:
-    return ray.get(actor.__ray_call__.remote(lambda self: os.getpid()))
+def _where(actors: list[Any]) -> list[tuple[str, int]]:
+    """The Ray node id and the process id of each actor, asked of all at once."""
+    return ray.get(
+        [
+            a.__ray_call__.remote(
+                lambda self: (ray.get_runtime_context().get_node_id(), os.getpid())
+            )
+            for a in actors
+        ]
+    )
 
 
 def write_placement(job_dir: Path, explorer: Any | None, trainer: TrainerActors | None) -> dict:
@@ -269,11 +273,11 @@ def write_placement(job_dir: Path, explorer: Any | None, trainer: TrainerActors 
     pids: dict[str, Any] = {}
     try:
         if explorer is not None:
-            placement["explorer"] = _node_of(explorer)
-            pids["explorer"] = _pid_of(explorer)
+            ((placement["explorer"], pids["explorer"]),) = _where([explorer])
         if trainer is not None:
-            placement["trainer_ranks"] = [_node_of(actor) for actor in trainer.ranks]
-            pids["trainer_ranks"] = [_pid_of(actor) for actor in trainer.ranks]
+            where = _where(trainer.ranks)
+            placement["trainer_ranks"] = [node for node, _ in where]
+            pids["trainer_ranks"] = [pid for _, pid in where]
         placement["pids"] = pids
     except ray.exceptions.RayActorError as exc:
         # the actor failed to start; the run's own wait reports why
