@@ -140,10 +140,11 @@ def run_stage(
         buffer = None
         if not trains_on_dataset(config):
             exp_buf = config.buffer.trainer_input.experience_buffer
+            # unnamed, so that the next stage takes it over whatever its buffer's name
             buffer = start(
-                ("buffer", exp_buf.name),
+                ("buffer",),
                 lambda: ray.remote(reusable(BufferActor)).options(
-                    num_cpus=SERVICE_CPUS, max_concurrency=16, name=exp_buf.name
+                    num_cpus=SERVICE_CPUS, max_concurrency=16
                 ),
                 exp_buf,
             )
@@ -215,7 +216,7 @@ def run_stage(
         ray.get(retiring)
         # the next stage names its actors the same way; a name is free once its actor is gone
         rank_names = trainer_actors.release() if trainer_actors is not None else []
-        names = [config.explorer.name, config.trainer.name, _experience_buffer_name(config)]
+        names = [config.explorer.name, config.trainer.name]
         wait_until_released([n for n in names if n not in kept_names] + rank_names)
     return summarise(job_dir, results, model_dir)
 
@@ -253,7 +254,3 @@ def prepare_taskset(config: Config, job_dir: Path) -> Config:
     explorer_input = replace(inputs, taskset=taskset, tasksets=tasksets)
     return replace(config, buffer=replace(config.buffer, explorer_input=explorer_input))
 
-
-def _experience_buffer_name(config: Config) -> str:
-    storage = config.buffer.trainer_input.experience_buffer
-    return storage.name if storage is not None else ""
