@@ -2,7 +2,8 @@
 
 ``load_config("run.yaml", ["algorithm.optimizer.lr=1e-5"])`` is the whole path from a
 file to a resolved, validated config. OmegaConf does the reading, so ``${model.model_path}``
-and ``${oc.env:VAR,default}`` work anywhere in the file.
+and ``${oc.env:VAR,default}`` work anywhere in the file; ``${a.key}`` of a key the file
+leaves out reads the schema's default (``interpolation.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from omegaconf.errors import (
 )
 
 from trinity.config.errors import ConfigError
+from trinity.config.interpolation import fill_referenced_defaults
+from trinity.config.notes import log_config_notes
 from trinity.config.resolve import check_trainer_config_source, resolve
 from trinity.config.schema import Config, VerlTrainerConfig
 from trinity.config.spellings import upstream_spellings
@@ -44,23 +47,29 @@ def load_config(
         ConfigError: anything wrong with the file, an override, or the resulting config.
     """
     now = now or datetime.now()
-    resolved = resolve(read_config(path, overrides), now=now)
+    written = read_config(path, overrides)
+    resolved = resolve(written, now=now)
     validate(resolved)
     if resolved.stages:
         expand_stages(resolved, now=now)  # a broken stage fails now, not hours into the run
+    log_config_notes(written)  # older spellings and contradictions, one line each
     return resolved
 
 
 def read_config(path: str | Path, overrides: Sequence[str] = ()) -> Config:
-    """The checked but unresolved config of a file; ``trainer_config_path`` is read in."""
+    """The checked but unresolved config of a file; ``trainer_config_path`` and
+    ``model.chat_template_path`` are read in."""
     path = Path(path)
     conf = _load_yaml(path)
     for override in overrides:
         _apply_override(conf, override)
-    cfg = config_from_dict(_to_container(conf))
+    cfg = config_from_dict(_to_container(conf, Config))
     if cfg.trainer.trainer_config_path:
         cfg.trainer.trainer_config = _read_trainer_config(cfg, base_dir=path.parent)
         cfg.trainer.trainer_config_path = ""
+    if cfg.model.chat_template_path:
+        cfg.model.custom_chat_template = _read_chat_template(cfg, base_dir=path.parent)
+        cfg.model.chat_template_path = None
     return cfg
 
 
@@ -71,7 +80,7 @@ def config_from_dict(data: Mapping[str, Any] | DictConfig) -> Config:
         ConfigError: unknown keys, wrong types, bad choices, including inside ``stages``.
     """
     if isinstance(data, DictConfig):
-        data = _to_container(data)
+        data = _to_container(data, Config)
     cfg = build(Config, upstream_spellings(data))
     for index, stage in enumerate(cfg.stages):
         apply_stage(cfg, stage, index)  # checks the stage's keys against the schema
@@ -140,7 +149,15 @@ def _apply_override(conf: DictConfig, override: str) -> None:
         ) from exc
 
 
-def _to_container(conf: DictConfig) -> dict[str, Any]:
+def _to_container(conf: DictConfig, schema: type) -> dict[str, Any]:
+    """``conf`` as plain data with its interpolations resolved; an interpolation naming
+    a key the file leaves out reads the key's default in ``schema`` (as Trinity-RFT
+    reads its YAML over its schema's defaults), and the default stays out of the data."""
+    raw = OmegaConf.to_container(conf, resolve=False)
+    assert isinstance(raw, dict)
+    added = fill_referenced_defaults(raw, schema)
+    if added:
+        conf = OmegaConf.create(raw)
     try:
         data = OmegaConf.to_container(conf, resolve=True, throw_on_missing=True)
     except MissingMandatoryValue as exc:
@@ -154,24 +171,56 @@ def _to_container(conf: DictConfig) -> dict[str, Any]:
             valid="an existing key, or ${oc.env:VAR} of a set variable (or ${oc.env:VAR,default})",
         ) from exc
     assert isinstance(data, dict)
+    for parents, key in added:
+        _remove(data, parents, key)
     return data
+
+
+def _remove(data: Any, parents: Sequence[str | int], key: str | int) -> None:
+    for name in parents:
+        data = data[name]
+    del data[key]
+
+
+def _read_chat_template(cfg: Config, *, base_dir: Path) -> str:
+    """The text of ``model.chat_template_path`` (relative: to the config file, then cwd)."""
+    given = cfg.model.chat_template_path or ""
+    if cfg.model.custom_chat_template is not None:
+        raise ConfigError(
+            "model.chat_template_path",
+            "is set together with model.custom_chat_template",
+            value=given,
+            valid="set only one of model.custom_chat_template and model.chat_template_path",
+        )
+    found = _find_file("model.chat_template_path", given, base_dir, "a Jinja chat template file")
+    try:
+        return found.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(
+            "model.chat_template_path",
+            f"cannot read {found}: {_first_line(exc)}",
+            value=given,
+            valid="a readable UTF-8 text file",
+        ) from exc
+
+
+def _find_file(key: str, given: str, base_dir: Path, kind: str) -> Path:
+    """The file ``key`` names: ``given`` if absolute, else under ``base_dir`` (the config's
+    folder), else under cwd; ``kind`` says what it should be when there is none."""
+    candidates = [Path(given)] if Path(given).is_absolute() else [base_dir / given, Path(given)]
+    found = next((p for p in candidates if p.is_file()), None)
+    if found is None:
+        raise ConfigError(key, "file not found", value=given, valid=f"the path of {kind}")
+    return found
 
 
 def _read_trainer_config(cfg: Config, *, base_dir: Path) -> VerlTrainerConfig:
     """The file named by ``trainer.trainer_config_path`` (relative: to the config file, then cwd)."""
     check_trainer_config_source(cfg.trainer)
     given = cfg.trainer.trainer_config_path
-    candidates = [Path(given)] if Path(given).is_absolute() else [base_dir / given, Path(given)]
-    found = next((p for p in candidates if p.is_file()), None)
-    if found is None:
-        raise ConfigError(
-            "trainer.trainer_config_path",
-            "file not found",
-            value=given,
-            valid="the path of a YAML file",
-        )
+    found = _find_file("trainer.trainer_config_path", given, base_dir, "a YAML file")
     try:
-        data = _to_container(_load_yaml(found))
+        data = _to_container(_load_yaml(found), VerlTrainerConfig)
         return build(VerlTrainerConfig, data)  # paths relative to the file, prefixed below
     except ConfigError as err:
         inner = f"trainer.trainer_config.{err.path}" if err.path else "trainer.trainer_config_path"

@@ -149,6 +149,10 @@ NO_EFFECT: dict[str, str] = {
         )
     },
     "trainer.trainer_config.trainer.default_hdfs_dir": "not implemented: no remote copy is made",
+    "trainer.trainer_config.trainer.val_before_train": (
+        "the trainer validates nothing: the explorer evaluates, before the first step when "
+        "explorer.eval_on_startup is true"
+    ),
     "trainer.trainer_config.trainer.del_local_ckpt_after_load": (
         "not implemented: checkpoints stay after loading"
     ),

@@ -18,7 +18,8 @@ environment, no cluster. The documented derivations:
   without an experience buffer, modes both and explore get a queue named experience_buffer;
   the experience buffer's path (a queue's SQLite backup, a sql database) of a run that
   writes it -> ``<job_dir>/buffer/<name>.db``;
-- the short trainer settings and ``algorithm.optimizer`` written into ``trainer_config``;
+- the short trainer settings and ``algorithm.optimizer`` written into ``trainer_config``
+  (over the actor optimizer a veRL layout gives, as Trinity-RFT does);
   ``actor.ppo_mini_batch_size`` = ``train_batch_size`` (one optimizer step per batch);
   ``trainer.total_steps`` from ``buffer.total_steps`` when that is set.
 """
@@ -109,6 +110,13 @@ def _resolve_algorithm(cfg: Config) -> None:
 
 def _resolve_model(cfg: Config) -> None:
     model = cfg.model
+    if model.chat_template_path:
+        raise ConfigError(
+            "model.chat_template_path",
+            "must be read into model.custom_chat_template before resolving",
+            value=model.chat_template_path,
+            valid="load the file with load_config, or set model.custom_chat_template in Python",
+        )
     prompt, response = model.max_prompt_tokens, model.max_response_tokens
     if model.max_model_len is None:
         if prompt is None or response is None:
@@ -331,8 +339,8 @@ def _resolve_trainer(cfg: Config) -> None:
     run_steps = train_steps(cfg)
     if optimizer.total_training_steps == -1 and run_steps is not None:
         optimizer.total_training_steps = run_steps
-    if actor.optim is not None:
-        _check_same_optimizer(actor.optim, optimizer)
+    # algorithm.optimizer wins over a veRL-layout actor optimizer, as in Trinity-RFT;
+    # load_config logs the fields where they differ (optimizer_differences)
     actor.optim = copy.deepcopy(optimizer)
     if tc.critic.optim.total_training_steps == -1:
         tc.critic.optim.total_training_steps = optimizer.total_training_steps
@@ -401,16 +409,22 @@ def steps_from_buffer(cfg: Config) -> int | None:
     return max(1, experiences // buffer.train_batch_size)  # exact for any size of int
 
 
-def _check_same_optimizer(given: OptimizerConfig, optimizer: OptimizerConfig) -> None:
-    """The veRL-layout actor optimizer may restate algorithm.optimizer but not contradict it."""
+def optimizer_differences(cfg: Config) -> list[tuple[str, object, object]]:
+    """``(field, actor value, algorithm.optimizer value)`` of each field the veRL-layout
+    actor optimizer (``trainer.trainer_config.actor_rollout_ref.actor.optim``) sets to
+    another value than ``algorithm.optimizer``, which resolve uses. A field the actor
+    optimizer leaves at its default is taken as not given; ``total_training_steps`` is
+    filled from the run's length and not compared."""
+    tc = cfg.trainer.trainer_config
+    given = tc.actor_rollout_ref.actor.optim if tc is not None else None
+    if given is None:
+        return []
+    default, used = OptimizerConfig(), cfg.algorithm.optimizer
+    found = []
     for f in dataclasses.fields(OptimizerConfig):
         if f.name == "total_training_steps":
-            continue  # filled from the run's length; -1 in veRL files
-        mine, theirs = getattr(given, f.name), getattr(optimizer, f.name)
-        if mine != theirs:
-            raise ConfigError(
-                f"trainer.trainer_config.actor_rollout_ref.actor.optim.{f.name}",
-                f"differs from algorithm.optimizer.{f.name} ({theirs})",
-                value=mine,
-                valid=f"set the actor optimizer in algorithm.optimizer.{f.name} (or give the same value here)",
-            )
+            continue
+        mine, theirs = getattr(given, f.name), getattr(used, f.name)
+        if mine != theirs and mine != getattr(default, f.name):
+            found.append((f.name, mine, theirs))
+    return found

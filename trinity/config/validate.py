@@ -403,6 +403,7 @@ def _check_priority_fn_args(path: str, replay: ReplayBufferConfig) -> None:
 def _check_explorer(cfg: Config) -> None:
     explorer = cfg.explorer
     _at_least("explorer.runner_per_model", explorer.runner_per_model, 1)
+    _at_least("explorer.runner_num", explorer.runner_num, 1)
     _positive("explorer.max_timeout", explorer.max_timeout)
     _at_least("explorer.max_retry_times", explorer.max_retry_times, 0)
     _at_least("explorer.eval_interval", explorer.eval_interval, 1)

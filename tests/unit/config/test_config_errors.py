@@ -198,13 +198,6 @@ BAD_CONFIGS = {
         "buffer.trainer_input.auxiliary_buffers",
         "mix needs an expert dataset",
     ),
-    "actor optimizer contradicts algorithm.optimizer": (
-        setting(
-            "trainer.trainer_config", {"actor_rollout_ref": {"actor": {"optim": {"lr": 3e-6}}}}
-        ),
-        "trainer.trainer_config.actor_rollout_ref.actor.optim.lr",
-        "set the actor optimizer in algorithm.optimizer.lr",
-    ),
     "both trainer_config and its path": (
         several(
             setting("trainer.trainer_config", {}),

@@ -53,6 +53,8 @@ CONSUMED_IN_CONFIG = {
     "buffer.explorer_input.default_eval_workflow_type": "resolve.py",  # eval tasksets' workflow
     "model.custom_chat_template": "resolve.py",  # every engine's and dataset's chat_template
     "trainer.trainer_config_path": "loader.py",  # read into trainer.trainer_config
+    "model.chat_template_path": "loader.py",  # read into model.custom_chat_template
+    "explorer.runner_num": "spellings.py",  # Trinity-RFT's older spelling: runner_per_model
     "trainer.max_token_len_per_gpu": "resolve.py",  # actor.ppo_max_token_len_per_gpu
     "trainer.trainer_config.trainer.n_gpus_per_node": "trainer_ranks.py",  # trainer layout
     "stages[].stage_name": "stages.py",  # the stage's experiment name

@@ -94,6 +94,11 @@ class ExplorerConfig:
 
     name: str = setting("explorer", "Ray actor name of the explorer; unique per experiment")
     runner_per_model: int = setting(8, "concurrent workflow runners per rollout engine")
+    runner_num: int | None = setting(
+        None,
+        "older spelling: workflow runners over all rollout engines; read as runner_per_model = "
+        "ceil(runner_num / rollout_model.engine_num) when runner_per_model is not given",
+    )
     max_timeout: float = setting(900, "seconds a workflow may run before it is abandoned")
     max_retry_times: int = setting(2, "retries of a failed workflow")
     max_repeat_times_per_runner: int | None = setting(

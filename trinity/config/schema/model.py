@@ -73,6 +73,11 @@ class ModelConfig:
     custom_chat_template: str | None = setting(
         None, "Jinja chat template replacing the tokenizer's"
     )
+    chat_template_path: str | None = setting(
+        None,
+        "file holding custom_chat_template (relative: to the config file, then the working "
+        "directory); read in when the config is loaded",
+    )
     enable_thinking: bool | None = setting(
         None,
         "enable_thinking variable of the chat template for the rollout model and SFT / DPO "

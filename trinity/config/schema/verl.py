@@ -116,7 +116,8 @@ class ActorConfig:
     )
     checkpoint: CheckpointContentsConfig = setting(CheckpointContentsConfig, "checkpoint contents")
     optim: OptimizerConfig | None = setting(
-        None, "actor optimizer; resolved from algorithm.optimizer, which it must match"
+        None,
+        "actor optimizer; resolved from algorithm.optimizer, which wins where the two differ (logged)",
     )
     fsdp_config: FsdpConfig = setting(FsdpConfig, "sharding of the policy")
 
@@ -234,6 +235,7 @@ class VerlLoopConfig:
         "trainer ranks on each node (GPUs on a GPU cluster, processes on CPU); unset: from cluster (1 on CPU)",
     )
     default_hdfs_dir: str | None = setting(None, "remote directory checkpoints are copied to")
+    val_before_train: bool = setting(False, "veRL: validate before the first train step")
     remove_previous_ckpt_in_save: bool = setting(
         False, "keep only the newest checkpoint (overrides max_actor/critic_ckpt_to_keep)"
     )
