@@ -94,11 +94,21 @@ def test_dry_run_shows_what_the_user_set_over_the_type_defaults() -> None:
 
 @pytest.mark.slow
 def test_ppo_through_the_cli(tiny_model_dir: Path, tmp_path: Path) -> None:
+    # the trainer, with its critic, returns the memory a step frees to the OS between
+    # steps (the default keeps it), and the queue backs up to an SQLite file of our choice
+    backup = tmp_path / "backup.db"
     result = run_cli(
-        "run", "--config", str(example("ppo")), *small(tiny_model_dir, tmp_path, "ppo", "both")
+        "run",
+        "--config",
+        str(example("ppo")),
+        *small(tiny_model_dir, tmp_path, "ppo", "both"),
+        "trainer.keep_memory_between_steps=false",
+        f"buffer.trainer_input.experience_buffer.path=sqlite:///{backup}",
     )
     assert result.returncode == 0, result.stderr[-4000:]
     job = tmp_path / "trinity-examples" / "ppo"
+    assert "returns the memory a step frees to the OS" in (job / "log/trainer.log").read_text()
+    assert backup.stat().st_size > 0
     rows = trainer_rows(job, "ppo")
     assert [r["step"] for r in rows] == [1, 2]
     for row in rows:

@@ -104,26 +104,6 @@ def test_two_step_grpo_run(tiny_model_dir: Path, tmp_path: Path) -> None:
     assert all(e.response_text is not None for e in exps)
 
 
-@pytest.mark.slow
-def test_a_run_that_returns_the_trainers_memory_between_steps(
-    tiny_model_dir: Path, tmp_path: Path
-) -> None:
-    result = run_demo(
-        tiny_model_dir,
-        tmp_path,
-        "name=release",
-        "buffer.total_steps=2",
-        "trainer.keep_memory_between_steps=false",
-        f"buffer.trainer_input.experience_buffer.path=sqlite:///{tmp_path}/buffer.db",
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    assert result.stdout.strip().splitlines()[-1].startswith("eval accuracy: ")
-    (log_file,) = (tmp_path / "trinity-demo").glob("release*/log/trainer.log")
-    log = log_file.read_text()
-    assert "returns the memory a step frees to the OS" in log
-    assert "train step 2 begins" in log
-
-
 def test_dry_run_prints_batch_arithmetic() -> None:
     result = run_cli("run", "--config", str(DEMO), "--dry-run")
     assert result.returncode == 0, result.stderr
