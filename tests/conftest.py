@@ -13,11 +13,11 @@ import pytest
 
 # The suite shares the machine's cores between two xdist workers and the Ray actors of the
 # runs it starts, so an OpenMP thread spinning while it waits for its siblings (libgomp's
-# default) takes the core another process needs: two processes training the tiny model
-# side by side on 2 cores took 2.4x as long spinning as sleeping (and one beside the
-# suite's other work 1.2x). Every process of the suite, and every process it starts,
-# sleeps instead; a value set in the environment wins. Set before torch loads libgomp,
-# which reads it once.
+# default) takes the core another process needs: on a 2-core machine busy with other
+# work, two processes training the tiny model side by side took 30-34 s with the default
+# and 2.0-2.2 s sleeping (benchmarks/omp_wait_policy.py, docs/benchmarks.md). Every
+# process of the suite, and every process it starts, sleeps instead; a value set in the
+# environment wins. Set before torch loads libgomp, which reads it once.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
