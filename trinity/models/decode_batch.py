@@ -48,13 +48,13 @@ class DecodeBatch:
         layers, kv_heads, dim = len(decoder.layers), decoder.kv_heads, decoder.head_dim
         if self.shared:
             shape = (layers, prompts, kv_heads, width, dim)
-            self.prompt_keys = torch.empty(shape, dtype=decoder.dtype)
-            self.prompt_values = torch.empty(shape, dtype=decoder.dtype)
+            self.prompt_keys = torch.empty(shape, dtype=decoder.dtype, device=decoder.device)
+            self.prompt_values = torch.empty(shape, dtype=decoder.dtype, device=decoder.device)
         self.column = 0 if self.shared else width  # cache column the next token goes to
         capacity = self.column + min(new_tokens, _FIRST_CAPACITY)
         shape = (layers, batch, kv_heads, capacity, dim)
-        self.keys = torch.empty(shape, dtype=decoder.dtype)
-        self.values = torch.empty(shape, dtype=decoder.dtype)
+        self.keys = torch.empty(shape, dtype=decoder.dtype, device=decoder.device)
+        self.values = torch.empty(shape, dtype=decoder.dtype, device=decoder.device)
         self.positions = mask.sum(-1).index_select(0, rows)  # (B,) position of the next token
         # additive: -inf at padding, 0 elsewhere; None: no padding. SDPA would turn a bool
         # mask into this form again in every layer. Shared: (E, P) over the prompts'
@@ -62,10 +62,10 @@ class DecodeBatch:
         self.mask = None
         if not bool(mask.all()):
             if self.shared:
-                self.mask = torch.zeros((prompts, width), dtype=decoder.dtype)
+                self.mask = torch.zeros((prompts, width), dtype=decoder.dtype, device=mask.device)
                 self.mask.masked_fill_(~mask, float("-inf"))
             else:
-                self.mask = torch.zeros((batch, capacity), dtype=decoder.dtype)
+                self.mask = torch.zeros((batch, capacity), dtype=decoder.dtype, device=mask.device)
                 self.mask[:, :width].masked_fill_(~mask.index_select(0, rows), float("-inf"))
 
     def prefill(
@@ -78,10 +78,13 @@ class DecodeBatch:
         prompts, width = input_ids.shape
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         # causal and no padding keys; a padding query attends to itself (never all-masked)
-        causal = torch.ones((width, width), dtype=torch.bool).tril()
-        allowed = (causal & mask[:, None, :]) | torch.eye(width, dtype=torch.bool)
+        device = input_ids.device
+        causal = torch.ones((width, width), dtype=torch.bool, device=device).tril()
+        allowed = (causal & mask[:, None, :]) | torch.eye(width, dtype=torch.bool, device=device)
         # (E, 1, P, P) additive, converted once for all layers
-        allowed = torch.zeros(allowed.shape, dtype=d.dtype).masked_fill_(~allowed, float("-inf"))
+        allowed = torch.zeros(allowed.shape, dtype=d.dtype, device=device).masked_fill_(
+            ~allowed, float("-inf")
+        )
         allowed = allowed[:, None]
 
         def attend(index: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -103,7 +106,7 @@ class DecodeBatch:
         used = self.column
         n = kept.numel()
         # rows before the first finished one stay where they are
-        moved = (kept != torch.arange(n)).nonzero()
+        moved = (kept != torch.arange(n, device=kept.device)).nonzero()
         if moved.numel() and used:
             first = int(moved[0])
             for cache in (self.keys, self.values):

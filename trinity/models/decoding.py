@@ -6,7 +6,9 @@ dropped from the batch and the cache so they cost nothing. Llama-family models d
 with :class:`~trinity.models.fast_decode.LlamaDecoder` (fused, packed weights and a
 preallocated KV cache); other models step transformers' forward with a ``DynamicCache``
 (:class:`TransformersBatch`). Logprobs follow the convention in
-:mod:`trinity.models.sampling`.
+:mod:`trinity.models.sampling`. On CUDA the prompts, the cache and the sampler's tensors
+live on the model's device (``DecodeModel.device``); each row's uniform draws still come
+from its CPU generator, so a seed picks its draws whatever the device.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class DecodeModel:
     max_model_len: int
     pad_token_id: int
     eos_token_ids: set[int]
+    device: torch.device = torch.device("cpu")  # the model's: where the batch's tensors go
 
 
 def decode_entries(
@@ -47,11 +50,12 @@ def decode_entries(
 ) -> list[list[Sample]]:
     """Decode one batch; returns ``n`` samples per entry, tagged with ``model_version``."""
     lengths = [len(e.prompt) for e in entries]
-    input_ids, mask = left_padded(entries, target.pad_token_id)
+    device = target.device
+    input_ids, mask = (t.to(device) for t in left_padded(entries, target.pad_token_id))
 
     # one row per sample: the prefill of each prompt is shared by its n samples
     owner = [i for i, e in enumerate(entries) for _ in range(e.params.n)]
-    index = torch.tensor(owner)
+    index = torch.tensor(owner, device=device)
     params = [entries[i].params for i in owner]
     generators = [entries[i].generator for i in owner]
     stops = [stop_ids(p, target.eos_token_ids) for p in params]
@@ -59,9 +63,9 @@ def decode_entries(
         min(p.max_tokens or target.max_model_len, target.max_model_len - lengths[i])
         for p, i in zip(params, owner, strict=True)
     ]
-    temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32)
-    top_k = torch.tensor([p.top_k for p in params], dtype=torch.long)
-    top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32)
+    temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32, device=device)
+    top_k = torch.tensor([p.top_k for p in params], dtype=torch.long, device=device)
+    top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device)
     batch: DecodeBatch | TransformersBatch
     if target.fast is not None:
         batch, logits = target.fast.start(input_ids, mask, index, max(budget))
@@ -77,6 +81,8 @@ def decode_entries(
     alive = list(range(len(owner)))  # row ids still decoding, in batch order
     while True:
         banned = banned_tokens(alive, params, stops, tokens_out, logits.size(-1))
+        if banned is not None:
+            banned = banned.to(device)
         tokens, logprobs = sample_tokens(
             logits,
             temperature,
@@ -100,7 +106,7 @@ def decode_entries(
             break
         if len(keep) < len(alive):
             # drop finished rows so they stop costing compute
-            kept = torch.tensor(keep)
+            kept = torch.tensor(keep, device=device)
             batch.keep(kept)
             tokens = tokens[kept]
             temperature, top_k, top_p = temperature[kept], top_k[kept], top_p[kept]

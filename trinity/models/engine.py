@@ -12,6 +12,15 @@ never in the middle of a decode.
 The decode loop is in :mod:`trinity.models.decoding`, scoring (``compute_logprobs``) in
 :mod:`trinity.models.scoring`, chat rendering in :mod:`trinity.models.chat`.
 
+``device="cuda"`` puts the weights on the GPU: decoding takes the torch path there (the
+fused decoder's preallocated KV cache and SDPA, no CPU kernels or packed linears), batched
+as on the CPU. The KV cache is then bounded by ``gpu_memory_utilization``: of the
+device's total memory (``torch.cuda.mem_get_info``) that fraction, less what this process
+holds once the weights are loaded, is the budget of one decode batch's KV cache, and a
+batch whose rows would need more (rows x (prompt + max new tokens) x bytes per token) is
+split into several decode batches (a single prompt's ``n`` rows are never split). With an
+explorer and a trainer on one GPU the fraction is the engine's share of it.
+
     engine = TransformersEngine("SmolLM2-135M-Instruct")
     prompt = engine.apply_chat_template([{"role": "user", "content": "2+3?"}])
     [[sample]] = engine.generate([prompt], SamplingParams(max_tokens=32))
@@ -50,6 +59,22 @@ __all__ = [
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 
 
+def kv_bytes_per_token(config: Any, dtype: torch.dtype) -> int:
+    """Bytes of keys and values one token of one row holds in the cache, all layers."""
+    heads = int(config.num_attention_heads)
+    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+    head_dim = getattr(config, "head_dim", None) or int(config.hidden_size) // heads
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    return 2 * int(config.num_hidden_layers) * kv_heads * int(head_dim) * itemsize
+
+
+def kv_cache_budget(fraction: float, total_bytes: int, used_bytes: int) -> int:
+    """Bytes a decode batch's KV cache may take: ``fraction`` of the device's
+    ``total_bytes`` less the ``used_bytes`` this process already holds (the weights);
+    at least 0."""
+    return max(0, int(fraction * total_bytes) - int(used_bytes))
+
+
 class PromptTooLongError(ValueError):
     """A prompt leaves no room for a response within ``max_model_len``."""
 
@@ -84,6 +109,10 @@ class TransformersEngine:
             forward, up to float rounding); False always steps transformers' forward.
         override_config: entries replacing those of the model's ``config.json``
             (``model.override_config``; see :mod:`trinity.models.overrides`).
+        device: where the weights live and decoding runs: "cpu" (default) or a CUDA
+            device ("cuda", "cuda:0"; see the module docstring).
+        gpu_memory_utilization: on CUDA, the fraction of the device's memory the engine
+            may fill (weights and KV cache); ignored on the CPU.
     """
 
     def __init__(
@@ -100,6 +129,8 @@ class TransformersEngine:
         enable_thinking: bool | None = None,
         fast_decode: bool = True,
         override_config: Mapping[str, Any] | None = None,
+        device: str | torch.device = "cpu",
+        gpu_memory_utilization: float = 0.9,
     ) -> None:
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
@@ -111,6 +142,10 @@ class TransformersEngine:
         self.tokenizer = load_tokenizer(path, chat_template)
         self.template_args = chat_template_args(enable_thinking)
         self.dtype = dtype
+        self.device = torch.device(device)
+        self.gpu_memory_utilization = gpu_memory_utilization
+        # bytes one decode batch's KV cache may take (CUDA only; None: unbounded)
+        self.kv_budget: int | None = None
         self.max_batch_size = max_batch_size
         self.model_version = 0
         self.num_batches = 0  # decode batches run so far
@@ -153,16 +188,26 @@ class TransformersEngine:
             attn_implementation="sdpa",
             **({"config": config} if config is not None else {}),
         ).eval()
+        on_cpu = self.device.type == "cpu"
+        if not on_cpu:
+            self.model.to(self.device)
         self.max_model_len = max_model_len or int(self.model.config.max_position_embeddings)
-        # the fused decoder packs its own (fused) weights: one packed copy either way
+        # the fused decoder packs its own (fused) weights: one packed copy either way; on
+        # CUDA it neither packs nor calls the CPU kernels (fast_decode.cpu_paths)
         self._fast = (
             LlamaDecoder.for_model(self.model, self.max_model_len, pack=pack_weights)
             if fast_decode
             else None
         )
-        pack = pack_weights and packing_supported() and self._fast is None
+        pack = on_cpu and pack_weights and packing_supported() and self._fast is None
         self._packed = pack_linears(self.model) if pack else []
         self.decode_path = "transformers" if self._fast is None else "fused-llama"
+        self._kv_token_bytes = 0
+        if self.device.type == "cuda":
+            _, total = torch.cuda.mem_get_info(self.device)
+            used = torch.cuda.memory_allocated(self.device)
+            self.kv_budget = kv_cache_budget(self.gpu_memory_utilization, total, used)
+            self._kv_token_bytes = kv_bytes_per_token(self.model.config, _DTYPES[dtype])
         self.eos_token_ids = self._eos_token_ids()
         self.pad_token_id = self._pad_token_id()
 
@@ -304,22 +349,22 @@ class TransformersEngine:
         return results
 
     def _row_chunks(self, entries: list[DecodeEntry]) -> list[list[DecodeEntry]]:
-        """Split entries into decode batches of at most max_batch_size sequences."""
-        chunks: list[list[DecodeEntry]] = [[]]
-        rows = 0
-        for entry in entries:
-            if chunks[-1] and rows + entry.params.n > self.max_batch_size:
-                chunks.append([])
-                rows = 0
-            chunks[-1].append(entry)
-            rows += entry.params.n
-        return chunks
+        """Split entries into decode batches of at most max_batch_size sequences (and on
+        CUDA, of a KV cache within ``kv_budget``)."""
+        return row_chunks(
+            entries, self.max_batch_size, self.max_model_len, self._kv_token_bytes, self.kv_budget
+        )
 
     def _decode(self, entries: list[DecodeEntry]) -> list[list[Sample]]:
         """Decode one batch; returns ``n`` samples per entry."""
         self.num_batches += 1
         target = DecodeModel(
-            self.model, self._fast, self.max_model_len, self.pad_token_id, self.eos_token_ids
+            self.model,
+            self._fast,
+            self.max_model_len,
+            self.pad_token_id,
+            self.eos_token_ids,
+            self.device,
         )
         return decode_entries(target, entries, self.model_version)
 
@@ -366,3 +411,35 @@ class TransformersEngine:
             if names & state_dict.keys():
                 aliases |= names
         return aliases
+
+
+def _columns(entry: DecodeEntry, max_model_len: int) -> int:
+    """Cache columns a row of ``entry`` may fill: its prompt and its most new tokens."""
+    room = max_model_len - len(entry.prompt)
+    return len(entry.prompt) + min(entry.params.max_tokens or room, room)
+
+
+def row_chunks(
+    entries: list[DecodeEntry],
+    max_batch_size: int,
+    max_model_len: int,
+    token_bytes: int,
+    kv_budget: int | None,
+) -> list[list[DecodeEntry]]:
+    """Entries in decode batches of at most ``max_batch_size`` rows and, with a
+    ``kv_budget``, whose rows' KV cache (rows x longest row's columns x ``token_bytes``)
+    fits it. An entry is never split: one whose rows alone exceed a limit decodes alone."""
+    chunks: list[list[DecodeEntry]] = [[]]
+    rows = columns = 0
+    for entry in entries:
+        wide = max(columns, _columns(entry, max_model_len))
+        over_rows = rows + entry.params.n > max_batch_size
+        over_kv = kv_budget is not None and (rows + entry.params.n) * wide * token_bytes > kv_budget
+        if chunks[-1] and (over_rows or over_kv):
+            chunks.append([])
+            rows = 0
+            wide = _columns(entry, max_model_len)
+        chunks[-1].append(entry)
+        rows += entry.params.n
+        columns = wide
+    return chunks

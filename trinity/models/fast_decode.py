@@ -21,6 +21,11 @@ the same arithmetic with
   keys and values kept once for the rows that sample from it (the cache:
   :class:`~trinity.models.decode_batch.DecodeBatch`).
 
+On CUDA (a model whose weights are on a GPU) the same decoder runs the plain torch path:
+fused q|k|v and gate|up weights, the preallocated KV cache and SDPA per layer, on the
+model's device; the fused CPU kernels and the packed CPU linears are never called there
+(:func:`cpu_paths` decides from the weights' device).
+
 The model's own q/k/v and gate/up parameters become views into the fused tensors, so
 ``model.load_state_dict`` updates them in place; call :meth:`LlamaDecoder.refresh`
 afterwards to repack. The prompts' prefill runs the same layers (a causal mask over
@@ -53,7 +58,7 @@ from trinity.models.cpu_linear import (
 from trinity.models.decode_batch import DecodeBatch
 from trinity.utils.memory import release_free_memory
 
-__all__ = ["C_STEP", "DecodeBatch", "LlamaDecoder", "unsupported_reason"]
+__all__ = ["C_STEP", "DecodeBatch", "LlamaDecoder", "cpu_paths", "unsupported_reason"]
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +67,15 @@ logger = logging.getLogger(__name__)
 # variable TRINITY_DECODE_C_STEP=0: SDPA in the Python loop and the tensor sampler, as
 # the other paths do)
 C_STEP = os.environ.get("TRINITY_DECODE_C_STEP", "1").lower() not in ("0", "false", "no", "off")
+
+
+def cpu_paths(device: torch.device, dtype: torch.dtype, pack: bool = True) -> tuple[bool, bool]:
+    """(may use the fused CPU kernels, may pack weights for the CPU matmuls) for weights of
+    ``dtype`` on ``device``: both only for bf16 on the CPU (packing also when asked and
+    supported by this torch build); never on CUDA, whose decode is the torch path."""
+    if device.type != "cpu" or dtype != torch.bfloat16:
+        return False, False
+    return True, pack and packing_supported()
 
 
 def unsupported_reason(model: nn.Module) -> str | None:
@@ -131,9 +145,10 @@ class LlamaDecoder:
         self.head = model.lm_head.weight
         self.head_packed = self.head
         self.dtype = self.embed.dtype
-        self.pack = pack and self.dtype == torch.bfloat16 and packing_supported()
+        self.device = self.embed.device
+        may_fuse, self.pack = cpu_paths(self.device, self.dtype, pack)
         # the model's own rotary module, so the table equals what its forward computes
-        positions = torch.arange(max_positions)[None]
+        positions = torch.arange(max_positions, device=self.device)[None]
         with torch.inference_mode():
             cos, sin = model.model.rotary_emb(self.embed[:1], positions)
         half = self.head_dim // 2
@@ -144,7 +159,7 @@ class LlamaDecoder:
         # the contiguous layouts they read through raw pointers
         self.kernels = None
         if (
-            self.dtype == torch.bfloat16
+            may_fuse
             and all(t.is_contiguous() for t in (self.cos, self.sin, self.embed))
             and all(w.is_contiguous() for w in self._weights())
         ):

@@ -93,7 +93,7 @@ def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
         full_lse = logits.logsumexp(dim=-1)
     while True:
         values = logits.topk(width, dim=-1).values  # (B, width), sorted descending
-        keep = torch.arange(width)[None, :] < k[:, None]
+        keep = torch.arange(width, device=logits.device)[None, :] < k[:, None]
         if not bool(use_p.any()):
             break
         masked = values.masked_fill(~keep, float("-inf"))
@@ -142,6 +142,7 @@ def sample_tokens(
     """
     greedy = temperature <= 0
     plain = banned is None and bool((top_k <= 0).all()) and bool((top_p >= 1).all())
+    device = logits.device  # the draws come from CPU generators, the rest stays here
     if kernels is not None and plain:
         u = torch.zeros(logits.size(0))
         for rows, generator in generators:  # the draws of the tensor path below
@@ -160,18 +161,19 @@ def sample_tokens(
     if bool(greedy.all()):
         tokens = allowed.argmax(dim=-1)
     else:
-        tokens = torch.zeros(logits.size(0), dtype=torch.long)
+        tokens = torch.zeros(logits.size(0), dtype=torch.long, device=device)
         if bool(greedy.any()):
             tokens[greedy] = allowed[greedy].argmax(dim=-1)
         filtered = filter_logits(allowed, top_k, top_p)
         if filtered is not scaled:
             weights = (filtered - filtered.amax(dim=-1, keepdim=True)).exp_()
         for rows, generator in generators:
+            rows = rows.to(device)
             rows = rows[~greedy[rows]]
             if rows.numel() == 0:
                 continue
             row_weights = weights if rows.numel() == weights.size(0) else weights[rows]
-            u = torch.rand(rows.numel(), generator=generator)
+            u = torch.rand(rows.numel(), generator=generator).to(device)
             tokens[rows] = _inverse_cdf(row_weights, u)
     logprobs = scaled.gather(1, tokens[:, None]).squeeze(-1) - log_normalizer
     return tokens, logprobs
@@ -205,11 +207,13 @@ def _inverse_cdf(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     # zero-weight blocks are flat steps of the CDF, which right=True never picks
     block = torch.searchsorted(block_cdf, target, right=True).clamp(max=sums.size(1) - 1)
     before = (block_cdf.gather(1, block) - sums.gather(1, block)).squeeze(-1)
-    columns = block * _BLOCK + torch.arange(_BLOCK)  # (B, _BLOCK)
+    columns = block * _BLOCK + torch.arange(_BLOCK, device=weights.device)  # (B, _BLOCK)
     inside = weights.gather(1, columns.clamp(max=vocab - 1)).masked_fill(columns >= vocab, 0)
     picked = torch.searchsorted(
         inside.cumsum(dim=-1), (target.squeeze(-1) - before).clamp(min=0)[:, None], right=True
     )
     # rounding can put the target past the block's own sum: take its last non-zero token
-    last = torch.where(inside > 0, torch.arange(_BLOCK), -1).amax(dim=-1, keepdim=True)
+    last = torch.where(inside > 0, torch.arange(_BLOCK, device=weights.device), -1).amax(
+        dim=-1, keepdim=True
+    )
     return (block * _BLOCK + torch.minimum(picked, last)).squeeze(-1)

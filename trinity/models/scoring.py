@@ -65,11 +65,14 @@ def score_chunk(
         input_ids[row, : len(token_ids[i])] = torch.tensor(token_ids[i])
         mask[row, : len(token_ids[i])] = 1
     # right padding: real tokens never attend to the padding that follows them
-    logits = model(input_ids=input_ids, attention_mask=mask, logits_to_keep=width - first).logits
+    device = model.get_input_embeddings().weight.device
+    logits = model(
+        input_ids=input_ids.to(device), attention_mask=mask.to(device), logits_to_keep=width - first
+    ).logits
     for row, i in enumerate(chunk):
         start, end = prompt_lengths[i] - 1, len(token_ids[i]) - 1
         row_logits = logits[row, start - first : end - first].float() / scale
-        targets = input_ids[row, start + 1 : end + 1]
+        targets = input_ids[row, start + 1 : end + 1].to(row_logits.device)
         logprobs = row_logits.log_softmax(-1).gather(1, targets[:, None]).squeeze(-1)
         results[i] = logprobs.tolist()
 
@@ -80,8 +83,9 @@ def top_logprobs(
     """The ``k`` most likely tokens (id, logprob) at each of the L - P response positions,
     from one forward pass over prompt + response."""
     with torch.inference_mode():
+        device = model.get_input_embeddings().weight.device
         logits = model(
-            input_ids=torch.tensor([token_ids]),
+            input_ids=torch.tensor([token_ids], device=device),
             logits_to_keep=len(token_ids) - prompt_length + 1,
         ).logits[0, :-1]
         values, ids = (logits.float() / scale).log_softmax(-1).topk(k, dim=-1)

@@ -377,8 +377,13 @@ class WeightSender:
 
 
 def start_sender(config: Config, synchronizer: Any, logger: logging.Logger) -> WeightSender | None:
-    """The trainer's sender when this run synchronises by broadcast (mode both, nccl)."""
-    if config.mode != "both" or config.synchronizer.sync_method != "nccl":
+    """The trainer's sender when this run synchronises by broadcast (mode both, nccl),
+    except when the trainer and the explorer share one GPU: NCCL cannot broadcast
+    between two processes on one device, so the weights go through the trainer's GPU
+    buffer instead (``trinity.sync.weights.same_gpu``)."""
+    from trinity.sync.weights import same_gpu
+
+    if config.mode != "both" or config.synchronizer.sync_method != "nccl" or same_gpu(config):
         return None
     return WeightSender(config, synchronizer, logger)
 

@@ -18,7 +18,10 @@ steps and the explorer takes the newest version on disk at its sync points.
 Where the weights travel:
 
 * mode ``both``: the version number passes through the run's ``Synchronizer`` actor;
-  the weights travel as an object-store reference beside it (``memory``), through
+  when the trainer and the explorer share one GPU (``nccl`` or ``memory``), the weights
+  stay on it: the trainer copies them into one GPU buffer that the explorer reads by a
+  CUDA IPC handle, device to device (``trinity.sync.cuda_slot``); otherwise they
+  travel as an object-store reference beside it (``memory``), through
   ``global_step_N/actor`` files the trainer wrote (``checkpoint``), or by a collective
   broadcast from the trainer's rank 0 to every rollout engine (``nccl``; gloo without
   CUDA; ``trinity.sync.collective``);
@@ -44,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trinity.config import Config
+from trinity.sync.cuda_slot import CudaSlotReader, CudaSlotVersion, CudaSlotWriter
 from trinity.sync.weight_slot import SlotFull, SlotReader, SlotVersion, SlotWriter
 from trinity.trainer import checkpoint as ckpt
 
@@ -66,7 +70,7 @@ def to_object_store(state: dict[str, torch.Tensor]) -> dict[str, tuple[str, list
 
     packed = {}
     for key, tensor in state.items():
-        flat = tensor.detach().reshape(-1)
+        flat = tensor.detach().cpu().reshape(-1)  # a GPU tensor is copied to the host
         if not flat.is_contiguous():
             flat = flat.contiguous()
         packed[key] = (
@@ -189,12 +193,14 @@ class WeightReceiver:
         self.logger = logger or logging.getLogger("trinity.sync")
         self._applier = None
         self._slot_reader = SlotReader()  # maps the shared-memory slot once it is used
+        self._cuda_reader = CudaSlotReader()  # opens the trainer's GPU buffer (one GPU)
         self._reading = False
         self.collective = None
         if (
             engines is not None
             and config.mode == "both"
             and config.synchronizer.sync_method == "nccl"
+            and not same_gpu(config)
         ):
             from trinity.sync.collective import WeightGroupReceiver
 
@@ -282,13 +288,16 @@ class WeightReceiver:
             return None
         if self.collective is not None:
             return self.collective.receive(), None
-        if weights is not None and isinstance(weights[0], SlotVersion):
+        slots = (SlotVersion, CudaSlotVersion)
+        if weights is not None and isinstance(weights[0], slots):
             # the slot's version now (maybe newer), kept there until release()
             version, weights = ray.get(
                 self.sync.begin_read.remote(self.config.synchronizer.sync_timeout)
             )
             self._reading = True
-        if weights is not None and isinstance(weights[0], SlotVersion):
+        if weights is not None and isinstance(weights[0], CudaSlotVersion):
+            state = self._cuda_reader.read(weights[0])  # views of the trainer's GPU buffer
+        elif weights is not None and isinstance(weights[0], SlotVersion):
             state = self._slot_reader.read(weights[0])
         elif weights is not None:  # also when a full slot sent the trainer to the store
             state = from_object_store(ray.get(weights[0]))
@@ -336,6 +345,7 @@ class WeightReceiver:
     def close(self) -> None:
         """Leave the broadcast group (``nccl``) at the end of the explorer's run."""
         self._slot_reader.close()
+        self._cuda_reader.close()
         if self.collective is not None:
             self.collective.close()
             self.collective = None
@@ -351,10 +361,23 @@ class WeightReceiver:
         return self.full_weights(lora.load_adapter_dir(Path(adapters[0].path)))
 
 
-def slot_writer(config: Config, synchronizer: Any) -> SlotWriter | None:
-    """The trainer's end of the shared-memory slot, when the run's driver made one."""
+def same_gpu(config: Config) -> bool:
+    """Whether the trainer and the explorer share one GPU and pass the weights through
+    the trainer's GPU buffer (``trinity.sync.cuda_slot``): ``sync_method`` ``nccl`` or
+    ``memory`` in a run whose one GPU both use (``trinity.utils.device.shares_one_gpu``)."""
+    from trinity.utils.device import shares_one_gpu
+
+    return config.synchronizer.sync_method in ("nccl", "memory") and shares_one_gpu(config)
+
+
+def slot_writer(config: Config, synchronizer: Any) -> SlotWriter | CudaSlotWriter | None:
+    """The trainer's end of the slot: the GPU buffer when the trainer and the explorer
+    share one GPU (:func:`same_gpu`), else the shared-memory file when the run's driver
+    made one."""
     import ray
 
+    if same_gpu(config):
+        return CudaSlotWriter()
     if config.mode != "both" or config.synchronizer.sync_method != "memory":
         return None
     path = ray.get(synchronizer.slot_path.remote())
@@ -368,7 +391,7 @@ def publish(
     synchronizer: Any,
     step: int,
     sender: Any = None,
-    slot: SlotWriter | None = None,
+    slot: SlotWriter | CudaSlotWriter | None = None,
 ) -> None:
     """The trainer's end: make the policy of ``step`` available as version ``step``;
     ``sender``: the ``WeightSender`` of a broadcast run (``nccl``); ``slot``: the

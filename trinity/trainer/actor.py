@@ -255,11 +255,12 @@ def use_grouped_attention(model: torch.nn.Module) -> bool:
     return config._attn_implementation == GROUPED_ATTENTION
 
 
-def autocast_context(dtype: torch.dtype | None):
-    """bf16 autocast on CPU when the compute dtype is lower precision than the weights."""
+def autocast_context(dtype: torch.dtype | None, device_type: str = "cpu"):
+    """bf16 autocast on ``device_type`` (the inputs' device: cpu or cuda) when the compute
+    dtype is lower precision than the weights."""
     if dtype is None or dtype == torch.float32:
         return contextlib.nullcontext()
-    return torch.autocast("cpu", dtype=dtype)
+    return torch.autocast(device_type, dtype=dtype)
 
 
 def attention_backend(model: torch.nn.Module, batch: TrainBatch):
@@ -300,8 +301,8 @@ def shared_prompt_rows(batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor] |
     unique, inverse = torch.unique(key, dim=0, return_inverse=True)
     if 2 * unique.shape[0] > batch.size:
         return None
-    rows = torch.arange(batch.size)
-    first = torch.full((unique.shape[0],), batch.size, dtype=torch.long)
+    rows = torch.arange(batch.size, device=inverse.device)
+    first = torch.full((unique.shape[0],), batch.size, dtype=torch.long, device=inverse.device)
     first.scatter_reduce_(0, inverse, rows, reduce="amin")
     return first, inverse
 
@@ -482,7 +483,7 @@ def forward_logprobs(
     The entropy is differentiable only with ``entropy_grad`` (an entropy loss is used);
     otherwise it is a metric and costs no backward pass.
     """
-    with autocast_context(compute_dtype):
+    with autocast_context(compute_dtype, batch.input_ids.device.type):
         logits = response_logits(model, batch)
     labels = batch.input_ids[:, batch.prompt_width :]
     if compute_entropy and not entropy_grad:

@@ -75,6 +75,17 @@ class TrainBatch:
             values[f.name] = value[index] if isinstance(value, torch.Tensor) else value
         return TrainBatch(**values)
 
+    def to(self, device: torch.device) -> TrainBatch:
+        """Every tensor of the batch on ``device`` (the model's); the batch itself when
+        it is there already (the CPU trainer never copies)."""
+        if self.input_ids.device == torch.device(device):
+            return self
+        values = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            values[f.name] = value.to(device) if isinstance(value, torch.Tensor) else value
+        return TrainBatch(**values)
+
     @property
     def lengths(self) -> torch.Tensor:
         """(B,) real tokens of each row, prompt plus response without padding."""

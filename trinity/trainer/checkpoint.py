@@ -211,6 +211,23 @@ def begin_checkpoint(job_dir: Path, step: int) -> Path:
     return staging
 
 
+def on_cpu(value: Any) -> Any:
+    """``value`` (a state dict, possibly nested in dicts, lists and tuples) with every
+    tensor on the CPU, so a checkpoint written on a GPU loads on either device."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu() if value.device.type != "cpu" else value
+    if isinstance(value, dict):
+        return {k: on_cpu(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [on_cpu(v) for v in value]
+    if isinstance(value, tuple):
+        items = [on_cpu(v) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+    return value
+
+
 def write_rank_shards(
     staging: Path,
     world_size: int,
@@ -219,7 +236,8 @@ def write_rank_shards(
     optim_state: dict[str, Any] | None,
     extra_state: dict[str, Any] | None,
 ) -> None:
-    """Rank ``rank``'s model, optimizer and extra state files (plain tensors only)."""
+    """Rank ``rank``'s model, optimizer and extra state files (plain tensors only, saved
+    on the CPU whatever device they are on)."""
     import torch  # here: the driver reads this module's pointers and never imports torch
 
     actor = Path(staging) / "actor"
@@ -232,7 +250,7 @@ def write_rank_shards(
             # fsynced by the rank that wrote it (rank 0 may see another node's file
             # system through a network mount)
             with open(actor / shard_name(kind, world_size, rank), "wb") as f:
-                torch.save(state, f)
+                torch.save(on_cpu(state), f)
                 f.flush()
                 os.fsync(f.fileno())
 

@@ -129,12 +129,17 @@ class Critic:
         total_steps: int,
         compute_dtype: torch.dtype,
         logger: logging.Logger | None = None,
+        device: torch.device | None = None,
     ) -> None:
+        """``device``: where the value model computes (None: the CPU); batches stay
+        where they are and each micro-batch is moved there."""
         tc = config.trainer.trainer_config
         cfg = tc.critic
         self.logger = logger or logging.getLogger("trinity.trainer")
         self.compute_dtype = compute_dtype
+        self.device = device or torch.device("cpu")
         self.model = ValueModel.from_pretrained(model_dir, cfg.model.override_config)
+        self.model.to(self.device)
         self.model.train()
         if cfg.model.enable_gradient_checkpointing:
             enable_checkpointing(self.model.backbone)
@@ -169,8 +174,9 @@ class Critic:
         self.model.eval()
         parts = []
         for micro in batch.split(self.forward_micro_batch_size, self.forward_max_tokens):
-            with autocast_context(self.compute_dtype):
-                parts.append(response_values(self.model, micro))
+            with autocast_context(self.compute_dtype, self.device.type):
+                values = response_values(self.model, micro.to(self.device))
+            parts.append(values.to(batch.action_mask.device))
         self.model.train()
         return torch.cat(parts) * batch.action_mask
 
@@ -184,14 +190,14 @@ class Critic:
         for _ in range(self.ppo_epochs):
             normalizer = LossNormalizer.from_mask(mask)
             for index in batch.micro_slices(self.micro_batch_size, self.max_tokens):
-                micro = batch.select(index)
-                with autocast_context(self.compute_dtype):
+                micro = batch.select(index).to(self.device)
+                with autocast_context(self.compute_dtype, self.device.type):
                     predicted = response_values(self.model, micro)
                 loss, metrics = value_loss(
                     predicted,
                     micro.values,
                     micro.returns,
-                    mask[index],
+                    mask[index].to(self.device),
                     self.cliprange_value,
                     normalizer,
                 )
@@ -227,8 +233,9 @@ class Critic:
         final = ckpt.step_dir(job_dir, step) / "critic"
         tmp = final.with_name(".critic.tmp")
         tmp.mkdir(parents=True, exist_ok=True)
-        torch.save(self.model.state_dict(), tmp / ckpt.shard_name("model", 1, 0))
-        torch.save(self.optimizer.state_dict(), tmp / ckpt.shard_name("optim", 1, 0))
+        # on the CPU, so the checkpoint loads on either device
+        torch.save(ckpt.on_cpu(self.model.state_dict()), tmp / ckpt.shard_name("model", 1, 0))
+        torch.save(ckpt.on_cpu(self.optimizer.state_dict()), tmp / ckpt.shard_name("optim", 1, 0))
         extra = {"lr_scheduler": self.scheduler.state_dict()}
         torch.save(extra, tmp / ckpt.shard_name("extra_state", 1, 0))
         ckpt.replace_dir(tmp, final)  # fsynced, swapped in whole

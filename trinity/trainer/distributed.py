@@ -17,7 +17,12 @@ token budget, fewer micro-batches) pads its list with ``padding`` micro-batches 
 loss is multiplied by 0: they take part in the collectives and add nothing to the
 gradient.
 
-Backend: nccl when CUDA is available, else gloo (CPU).
+Backend: nccl when CUDA is available (one rank per GPU: Ray gives each rank actor its
+own device), else gloo (CPU). Tensors a collective of this module sends are on the
+backend's device (:func:`collective_device`). On CUDA, ``fsdp_config.param_offload`` or
+``optimizer_offload`` shards with FSDP2's ``CPUOffloadPolicy``: the parameter shards, their
+gradients and the optimizer state live in host memory, each unit is gathered onto the GPU
+for its forward and backward, and the optimizer steps on the CPU.
 """
 
 from __future__ import annotations
@@ -47,6 +52,14 @@ class RankInfo:
 
 def backend() -> str:
     return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def collective_device() -> torch.device:
+    """Where tensors of the default group's collectives must be: this rank's GPU with
+    nccl, the CPU with gloo (or without a group)."""
+    if dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 def host_rendezvous(
@@ -115,15 +128,30 @@ def shutdown() -> None:
         dist.barrier()
 
 
-def shard_model(model: torch.nn.Module) -> None:
+def shard_model(model: torch.nn.Module, offload: bool = False) -> None:
     """Shard ``model`` in place with FSDP2: each decoder layer is one unit, the rest
-    (embeddings, tied head, final norm) the root unit."""
+    (embeddings, tied head, final norm) the root unit. ``offload`` (CUDA only): the
+    shards live in host memory (``CPUOffloadPolicy``), gathered onto the GPU per unit."""
     from torch.distributed.fsdp import fully_shard
 
+    options = {}
+    if offload:
+        from torch.distributed.fsdp import CPUOffloadPolicy
+
+        options["offload_policy"] = CPUOffloadPolicy()
     layers = getattr(getattr(model, "model", None), "layers", None)
     for layer in layers or []:
-        fully_shard(layer)
-    fully_shard(model)
+        fully_shard(layer, **options)
+    fully_shard(model, **options)
+
+
+def offloads(fsdp_config, device: torch.device) -> bool:
+    """Whether ``fsdp_config`` (an actor's, ref's or critic's ``fsdp_config``) offloads
+    to host memory here: ``param_offload`` or ``optimizer_offload`` on a CUDA device (FSDP2
+    keeps parameters, gradients and optimizer state together: one switch for both). On
+    the CPU both are without effect."""
+    wanted = bool(fsdp_config.param_offload or fsdp_config.optimizer_offload)
+    return wanted and device.type == "cuda"
 
 
 def rank_rows(size: int, rank: int, world_size: int) -> slice:
@@ -205,7 +233,7 @@ def micro_batches(
     else:
         count = max(1, len(real))
         if world_size > 1:
-            agreed = torch.tensor([count], dtype=torch.long)
+            agreed = torch.tensor([count], dtype=torch.long, device=collective_device())
             dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
             count = int(agreed)
     padding = batch.select(slice(0, unit))
@@ -268,11 +296,14 @@ def all_reduce_rows(
     full: torch.Tensor, rows: slice | torch.Tensor, local: torch.Tensor
 ) -> torch.Tensor:
     """(B, ...) tensor of every rank's rows: each rank computed ``local`` for ``rows``."""
-    full = torch.zeros_like(full)
-    full[rows] = local
+    home = full.device
+    full = torch.zeros_like(full, device=collective_device())
+    if isinstance(rows, torch.Tensor):
+        rows = rows.to(full.device)
+    full[rows] = local.to(full.device)
     # adding exact zeros to each row leaves every row bit-identical to its rank's result
     dist.all_reduce(full, op=dist.ReduceOp.SUM)
-    return full
+    return full.to(home)
 
 
 def gather_metrics(totals: dict[str, tuple[float, int]]) -> dict[str, tuple[float, int]]:

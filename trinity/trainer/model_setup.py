@@ -4,6 +4,11 @@ frozen reference, both with the trainer's attention and fused layers.
 Both load in float32 from the same directory with ``model.override_config`` applied as
 the rollout engines apply it (``trinity/models/overrides.py``); the trainer then decides
 their working precision (``trinity/trainer/precision.py``).
+
+``device`` is the trainer's compute device (``trinity.utils.device.compute_device``). On
+the CPU the models get the trainer's grouped attention and fused CPU layers; on CUDA they
+keep transformers' SDPA attention and modules (the fused layers are CPU kernels), and
+bf16 is native there, so :func:`bf16_parameters` decides the same way on both.
 """
 
 from __future__ import annotations
@@ -26,6 +31,21 @@ def compute_dtype(name: str) -> torch.dtype:
     return _DTYPES[name]
 
 
+def bf16_parameters(dtype: torch.dtype, *, lora: bool, world_size: int, allowed: bool) -> bool:
+    """Whether the policy's parameters are bf16 with fp32 masters in the optimizer
+    (``model.dtype: bfloat16`` on one rank without LoRA, unless ``allowed`` is False);
+    otherwise fp32 parameters run under bf16 autocast. The same rule on CPU and CUDA."""
+    return dtype == torch.bfloat16 and not lora and world_size == 1 and allowed
+
+
+def _cpu_paths(model: torch.nn.Module, device: torch.device | None) -> None:
+    """The trainer's grouped attention and fused CPU layers, on the CPU only."""
+    if device is not None and device.type != "cpu":
+        return
+    use_grouped_attention(model)  # bf16 matmuls, grouped K/V: trainer/actor.py
+    fuse_layers(model)  # bf16 RMS norm and SwiGLU in one pass: trainer/fused_layers.py
+
+
 def overridden_config(model_dir: Path, override: dict[str, Any] | None) -> dict[str, Any]:
     """``from_pretrained`` keywords that apply ``model.override_config`` (none if unset)."""
     hf_config = model_config(model_dir, override)
@@ -38,15 +58,17 @@ def load_policy(
     *,
     gradient_checkpointing: bool,
     lora_config: Any | None,
+    device: torch.device | None = None,
 ) -> torch.nn.Module:
-    """The trainable policy in float32, in train mode; with ``lora_config`` a peft model
-    whose only trainable parameters are the adapter's."""
+    """The trainable policy in float32 on ``device`` (None: the CPU), in train mode; with
+    ``lora_config`` a peft model whose only trainable parameters are the adapter's."""
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, **overridden)
+    if device is not None:
+        model.to(device)
     model.train()
-    use_grouped_attention(model)  # bf16 matmuls, grouped K/V: trainer/actor.py
-    fuse_layers(model)  # bf16 RMS norm and SwiGLU in one pass: trainer/fused_layers.py
+    _cpu_paths(model, device)
     if gradient_checkpointing:
         enable_checkpointing(model)
         model.config.use_cache = False
@@ -63,15 +85,17 @@ def load_reference(
     *,
     dtype: torch.dtype,
     gradient_checkpointing: bool,
+    device: torch.device | None = None,
 ) -> torch.nn.Module:
-    """The frozen reference: the policy's starting weights, in the policy's parameter
-    ``dtype``, so both agree exactly at the start."""
+    """The frozen reference on ``device`` (None: the CPU): the policy's starting weights,
+    in the policy's parameter ``dtype``, so both agree exactly at the start."""
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, **overridden).eval()
+    if device is not None:
+        model.to(device)
     model.requires_grad_(False)
-    use_grouped_attention(model)  # the actor's attention
-    fuse_layers(model)  # and its fused layers
+    _cpu_paths(model, device)  # the actor's attention and fused layers
     if gradient_checkpointing:
         # no effect in eval mode, but the actor's forward then picks the same
         # attention kernel for both models (trinity/trainer/actor.py)

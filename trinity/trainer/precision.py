@@ -45,7 +45,7 @@ class MasterWeights:
         self._master_of = {id(p): m for p, m in zip(self.params, self.masters, strict=True)}
         self._groups = _groups(self.masters)
         self.kernels = None
-        if dtype == torch.bfloat16 and all(p.is_contiguous() for p in self.params):
+        if kernels_apply(self.params, dtype):
             self.kernels = kernels.load()
 
     # ------------------------------------------------------------------ gradients
@@ -95,8 +95,9 @@ class MasterWeights:
         # the fused kernel divides the gradients by ``grad_scale`` itself (the interface
         # of AMP's GradScaler): clipping costs no pass of its own
         fused_scale = factor != 1.0 and bool(optimizer.defaults.get("fused"))
-        if fused_scale:
-            optimizer.grad_scale = torch.tensor(1.0 / factor)
+        if fused_scale:  # on the masters' device, as the fused step reads it there
+            device = self.masters[0].device if self.masters else None
+            optimizer.grad_scale = torch.tensor(1.0 / factor, device=device)
         try:
             self._step_groups(optimizer, 1.0 if fused_scale else factor, finite)
         finally:
@@ -189,6 +190,16 @@ class MasterWeights:
             if grad is not None:
                 grads.append(grad)
         return grads
+
+
+def kernels_apply(params: list[torch.Tensor], dtype: torch.dtype) -> bool:
+    """Whether the fused CPU kernels (AdamW, sums of squares) may step ``params``: bf16,
+    contiguous and on the CPU; CUDA parameters take torch's fused AdamW instead."""
+    return (
+        dtype == torch.bfloat16
+        and all(p.device.type == "cpu" for p in params)
+        and all(p.is_contiguous() for p in params)
+    )
 
 
 def _plain_adamw(optimizer: torch.optim.Optimizer) -> bool:

@@ -42,6 +42,7 @@ from trinity.trainer.batch import TrainBatch, collate
 from trinity.trainer.critic import Critic
 from trinity.trainer.logprobs import batch_logprobs
 from trinity.trainer.model_setup import (
+    bf16_parameters,
     compute_dtype,
     load_policy,
     load_reference,
@@ -56,6 +57,7 @@ from trinity.trainer.parts import (
 )
 from trinity.trainer.precision import MasterWeights
 from trinity.types import Experience
+from trinity.utils.device import compute_device
 
 # names other modules import from here; they live in the modules above
 __all__ = [
@@ -113,21 +115,28 @@ class Trainer:
         if self.pad_token_id is None:
             self.pad_token_id = self.tokenizer.eos_token_id
         self.compute_dtype = compute_dtype(config.model.dtype)
+        # cuda when the config asks for GPUs and Ray gave this process one, else the CPU;
+        # batches are collated on the CPU and each micro-batch moves here
+        self.device = compute_device(config)
         # loaded in fp32; with model.dtype bfloat16 on one rank without LoRA the parameters
         # become bf16 and the optimizer keeps fp32 masters (trinity/trainer/precision.py),
         # otherwise fp32 parameters run under bf16 autocast
-        self.bf16_weights = (
-            self.compute_dtype == torch.bfloat16
-            and not config.model.lora_configs
-            and self.world_size == 1
-            and bf16_weights is not False
+        self.bf16_weights = bf16_parameters(
+            self.compute_dtype,
+            lora=bool(config.model.lora_configs),
+            world_size=self.world_size,
+            allowed=bf16_weights is not False,
         )
         self.autocast_dtype = None if self.bf16_weights else self.compute_dtype
         overridden = overridden_config(self.model_dir, tc.actor_rollout_ref.model.override_config)
         checkpointing = tc.actor_rollout_ref.model.enable_gradient_checkpointing
         self.lora = config.model.lora_configs[0] if config.model.lora_configs else None
         self.model = load_policy(
-            self.model_dir, overridden, gradient_checkpointing=checkpointing, lora_config=self.lora
+            self.model_dir,
+            overridden,
+            gradient_checkpointing=checkpointing,
+            lora_config=self.lora,
+            device=self.device,
         )
 
         parts = build_parts(config)
@@ -148,6 +157,7 @@ class Trainer:
                 overridden,
                 dtype=self.compute_dtype if self.bf16_weights else torch.float32,
                 gradient_checkpointing=checkpointing,
+                device=self.device,
             )
         self.critic: Critic | None = None
         if algo.use_critic:
@@ -157,6 +167,7 @@ class Trainer:
                 total_steps=total_steps,
                 compute_dtype=self.compute_dtype,
                 logger=self.logger,
+                device=self.device,
             )
         self.critic_warmup = int(tc.trainer.critic_warmup)
         # data parallel: deal rows to ranks by token count (trainer/distributed.py)
@@ -165,7 +176,8 @@ class Trainer:
         if self.world_size > 1:
             if self.critic is not None or self.lora is not None:
                 raise TrainerSetupError("a critic or LoRA needs a one-rank trainer")
-            distributed.shard_model(self.model)
+            offload = distributed.offloads(actor_cfg.fsdp_config, self.device)
+            distributed.shard_model(self.model, offload=offload)
         self.master = MasterWeights(self.model, self.compute_dtype) if self.bf16_weights else None
         opt = algo.optimizer
         self.optimizer, self.scheduler = build_optimizer(
@@ -277,6 +289,7 @@ class Trainer:
             world_size=self.world_size,
             balance=self.balance_batch,
             every_row=model is self.model and self.world_size > 1,
+            device=self.device,
         )
 
     def _actor_update(self, batch: TrainBatch) -> dict[str, float]:
@@ -370,6 +383,7 @@ class Trainer:
         padding: bool = False,
     ) -> dict[str, float]:
         """``padding``: a data-parallel filler micro-batch; its gradient is multiplied by 0."""
+        micro = micro.to(self.device)
         logprobs, entropy = forward_logprobs(
             self.model,
             micro,
