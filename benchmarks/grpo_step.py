@@ -68,7 +68,11 @@ class TrinityGRPO:
         tasks: list[dict[str, str]],
         total_steps: int,
         train_every_row: bool = False,
+        extra: tuple[str, ...] = (),
+        engine_args: dict[str, Any] | None = None,
     ) -> None:
+        """``extra``: config overrides; ``engine_args``: more keywords of the engine
+        (``benchmarks/gpu_step.py`` passes its device)."""
         from trinity.models.engine import TransformersEngine
         from trinity.models.wrapper import ModelWrapper
         from trinity.trainer.trainer import Trainer
@@ -82,9 +86,13 @@ class TrinityGRPO:
             rollouts=ROLLOUTS,
             tasks_per_step=TASKS_PER_STEP,
             max_tokens=MAX_TOKENS,
+            extra=extra,
         )
         self.engine = TransformersEngine(
-            str(model_dir), dtype=self.config.model.dtype, seed=self.config.seed
+            str(model_dir),
+            dtype=self.config.model.dtype,
+            seed=self.config.seed,
+            **(engine_args or {}),
         )
         self.model = ModelWrapper(self.engine, max_response_tokens=MAX_TOKENS)
         # the trainer's torch work runs on the engine's thread, so the process keeps one

@@ -1,5 +1,7 @@
-"""One GPU buffer that the trainer overwrites with each policy version, read in place by
-the explorer on the same GPU (CUDA IPC): the weights go device to device.
+"""One GPU buffer of the weights, rewritten by the trainer, read by the explorer on its GPU
+
+The explorer on the same GPU opens it by a CUDA IPC handle: the weights go device to
+device.
 
 When the trainer and the explorer share one GPU (``trinity.utils.device.shares_one_gpu``:
 mode both, one node, one GPU), a broadcast cannot carry the weights (NCCL refuses two

@@ -17,8 +17,8 @@ token budget, fewer micro-batches) pads its list with ``padding`` micro-batches 
 loss is multiplied by 0: they take part in the collectives and add nothing to the
 gradient.
 
-Backend: nccl when CUDA is available (one rank per GPU: Ray gives each rank actor its
-own device), else gloo (CPU). Tensors a collective of this module sends are on the
+Backend: nccl for CUDA tensors, with gloo for CPU ones, when CUDA is available (one rank
+per GPU: Ray gives each rank actor its own device), else gloo (CPU). Tensors a collective of this module sends are on the
 backend's device (:func:`collective_device`). On CUDA, ``fsdp_config.param_offload`` or
 ``optimizer_offload`` shards with FSDP2's ``CPUOffloadPolicy``: the parameter shards, their
 gradients and the optimizer state live in host memory, each unit is gathered onto the GPU
@@ -51,13 +51,15 @@ class RankInfo:
 
 
 def backend() -> str:
-    return "nccl" if torch.cuda.is_available() else "gloo"
+    """nccl for CUDA tensors with gloo beside it for CPU ones (FSDP's CPU offload reduces
+    CPU gradient norms; object collectives), or gloo alone without CUDA."""
+    return "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
 
 
 def collective_device() -> torch.device:
-    """Where tensors of the default group's collectives must be: this rank's GPU with
-    nccl, the CPU with gloo (or without a group)."""
-    if dist.is_initialized() and dist.get_backend() == "nccl":
+    """Where this module puts the tensors of the default group's collectives: this
+    rank's GPU when the group has nccl, the CPU with gloo alone (or without a group)."""
+    if dist.is_initialized() and "nccl" in str(dist.get_backend()):
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 
