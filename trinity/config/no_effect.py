@@ -22,9 +22,14 @@ from trinity.config.algorithm_defaults import ALGORITHM_DEFAULTS
 from trinity.config.schema import STAGE_SECTIONS, Config
 from trinity.config.typed_yaml import field_types, to_plain
 
-_GPU_ONLY_ENGINE = "vLLM-only: our engines reserve no GPU memory"
 _ONE_ENGINE = "one engine here: the transformers engine serves every engine_type"
-_NO_TP = "not implemented on our engines: one device per engine replica"
+_BUILT_IN_ENGINE = (
+    "one engine here: vllm and vllm_async mean the built-in transformers engine, on CPU and on GPU"
+)
+_NO_TP = (
+    "not implemented on our engines: a replica computes on one device, though on a GPU "
+    "cluster the device plan reserves this many GPUs for it"
+)
 _NO_GRAPHS = "vLLM-only: our engines capture no graphs"
 _NO_PREFIX_CACHE = "vLLM-only: no KV cache is kept across requests"
 _FSDP = "GPU-only FSDP option: several trainer ranks shard each decoder layer with FSDP2 defaults"
@@ -63,9 +68,8 @@ NO_EFFECT: dict[str, str] = {
         f"explorer.{engine}.{key}": why
         for engine in ("rollout_model", "auxiliary_models[]")
         for key, why in (
-            ("engine_type", _ONE_ENGINE),
+            ("engine_type", _BUILT_IN_ENGINE),
             ("tensor_parallel_size", _NO_TP),
-            ("gpu_memory_utilization", _GPU_ONLY_ENGINE),
             ("enforce_eager", _NO_GRAPHS),
             ("enable_prefix_caching", _NO_PREFIX_CACHE),
             ("enable_chunked_prefill", "vLLM-only: our engines prefill each prompt in one pass"),

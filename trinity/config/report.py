@@ -10,6 +10,7 @@ import math
 import os
 from collections.abc import Sequence
 
+from trinity.config.device_plan import COLOCATED_SHARE, device_plan
 from trinity.config.loader import to_yaml
 from trinity.config.no_effect import describe
 from trinity.config.resolve import train_steps
@@ -160,18 +161,11 @@ def _trainer_ranks(cfg: Config, on_cpu: bool) -> int:
     return trainer_layout(cfg, on_gpu=not on_cpu).world_size
 
 
-def _explorer_gpus(cfg: Config) -> int:
-    engines = [cfg.explorer.rollout_model, *cfg.explorer.auxiliary_models]
-    return sum(e.engine_num * e.tensor_parallel_size for e in engines)
-
-
 def _gpu_lines(cfg: Config) -> list[str]:
     total = cfg.cluster.node_num * cfg.cluster.gpu_per_node
     rollout = cfg.explorer.rollout_model
     lines = [f"GPUs: {cfg.cluster.node_num} node(s) x {cfg.cluster.gpu_per_node} = {total}"]
-    used = 0
     if cfg.mode != "train":
-        used = _explorer_gpus(cfg)
         lines.append(
             f"explorer rollout model: {rollout.engine_num} engine(s) x {rollout.tensor_parallel_size} GPU(s) = "
             f"{rollout.engine_num * rollout.tensor_parallel_size}"
@@ -181,8 +175,21 @@ def _gpu_lines(cfg: Config) -> list[str]:
                 f"auxiliary model {i} ({aux.model_path}): {aux.engine_num} x {aux.tensor_parallel_size} = "
                 f"{aux.engine_num * aux.tensor_parallel_size}"
             )
-    trainer = total - used if cfg.mode in ("both", "train") else 0
-    lines.append(f"trainer: {trainer} GPU(s)" + (" (the rest)" if cfg.mode == "both" else ""))
+    plan = device_plan(cfg)
+    if plan.kind == "colocate":
+        if cfg.mode == "both":
+            lines.append("trainer: shares the one GPU with the explorer (colocated)")
+        requests = (
+            f"{COLOCATED_SHARE} GPU per actor, so the explorer and the trainer fit on the one "
+            "GPU together"
+        )
+    else:
+        trainer = sum(len(a.gpus) for a in plan.actors if a.role == "trainer")
+        lines.append(f"trainer: {trainer} GPU(s)" + (" (the rest)" if cfg.mode == "both" else ""))
+        requests = "whole GPUs: tensor_parallel_size per engine, one per trainer rank"
+    lines.append("device plan (Ray picks the GPU ids; placement.json records them):")
+    lines += plan.lines()
+    lines.append(f"Ray GPU requests: {requests}")
     return lines
 
 

@@ -21,6 +21,7 @@ from trinity.config.algorithm_defaults import (
     PART_NAMES,
     defaults_for,
 )
+from trinity.config.device_plan import device_plan
 from trinity.config.errors import ConfigError, closest
 from trinity.config.resolve import check_trainer_config_source
 from trinity.config.schema import (
@@ -423,7 +424,6 @@ def _check_explorer(cfg: Config) -> None:
     ]
     for path, engine in engines:
         _check_engine(path, engine)
-    _check_gpus(cfg)
 
 
 def _check_engine(path: str, engine: InferenceModelConfig) -> None:
@@ -449,21 +449,8 @@ def _check_engine(path: str, engine: InferenceModelConfig) -> None:
 
 
 def _check_gpus(cfg: Config) -> None:
-    """Explorer engines get engine_num * tensor_parallel_size GPUs each; the trainer the rest."""
-    total = cfg.cluster.node_num * cfg.cluster.gpu_per_node
-    if total == 0 or cfg.mode == "train":
-        return
-    engines = [cfg.explorer.rollout_model, *cfg.explorer.auxiliary_models]
-    explorer_gpus = sum(e.engine_num * e.tensor_parallel_size for e in engines)
-    budget = total - 1 if cfg.mode == "both" else total  # mode both keeps >= 1 GPU for the trainer
-    if explorer_gpus > budget:
-        raise ConfigError(
-            "explorer.rollout_model.engine_num",
-            f"rollout and auxiliary engines need {explorer_gpus} GPUs but the cluster has {total}"
-            + (" and the trainer needs at least one" if cfg.mode == "both" else ""),
-            value=cfg.explorer.rollout_model.engine_num,
-            valid=f"sum of engine_num * tensor_parallel_size <= {budget}",
-        )
+    """The GPUs of the cluster split between engines and trainer ranks (``device_plan``)."""
+    device_plan(cfg)
 
 
 def _check_synchronizer(cfg: Config) -> None:
@@ -591,6 +578,7 @@ _CHECKS: tuple[Callable[[Config], None], ...] = (
     _check_explorer,
     _check_synchronizer,
     _check_trainer,
+    _check_gpus,  # after the trainer's ranks are checked
     _check_data_processor,
     _check_service,
     _check_stages,

@@ -29,6 +29,7 @@ import os
 from typing import Any
 
 from trinity.config import Config, InferenceModelConfig
+from trinity.config.device_plan import DevicePlan
 from trinity.models.engine import (
     TransformersEngine,
     chat_template_args,
@@ -64,6 +65,12 @@ class EngineActor:
             "pid": os.getpid(),
             "env": dict(os.environ),
         }
+
+    def gpu_ids(self) -> list[int]:
+        """The GPU ids Ray gave this actor ([] on CPU)."""
+        from trinity.launch.gpus import gpu_ids
+
+        return gpu_ids()
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
         return self.engine.generate(prompts, params)
@@ -221,10 +228,12 @@ class RolloutEngines:
         if model.engine_num < 1:
             raise ValueError(f"{path}.engine_num must be >= 1, got {model.engine_num}")
         base_seed = model.seed if model.seed is not None else config.seed
+        plan = _device_plan(config)
+        on_gpu = plan is not None and plan.kind != "cpu"
 
         def args(i: int) -> dict[str, Any]:
             # each replica its own seed, so replicas do not repeat each other's samples
-            return {
+            found = {
                 "model_path": str(model_dir),
                 "dtype": model.dtype or config.model.dtype,
                 "max_model_len": max_model_len,
@@ -233,11 +242,31 @@ class RolloutEngines:
                 "enable_thinking": model.enable_thinking,
                 "override_config": override_config or None,
             }
+            if on_gpu:  # a GPU plan only: a CPU run builds its engines as before
+                found["gpu_memory_utilization"] = model.gpu_memory_utilization
+            return found
 
-        engines: list[TransformersEngine | EngineClient] = [TransformersEngine(**args(0))]
-        for i in range(1, model.engine_num):
-            engines.append(_remote_engine(config, args(i), str(model_dir)))
+        engines: list[TransformersEngine | EngineClient] = []
+        for i in range(model.engine_num):
+            if i == 0 and (plan is None or plan.first_engine_in_explorer(path)):
+                device = {"device": _local_device(config)} if on_gpu else {}
+                engines.append(TransformersEngine(**args(0), **device))
+            else:  # its own actor, with the GPUs the plan gives it
+                gpus = plan.engine_gpus(path, i) if plan is not None else 0
+                remote_args = {**args(i), "device": "cuda"} if gpus else args(i)
+                engines.append(_remote_engine(config, remote_args, str(model_dir), gpus))
         return cls(engines)
+
+    def gpu_ids(self) -> list[list[int]]:
+        """The GPU ids Ray gave each replica's process ([] each on CPU or without Ray)."""
+        import ray
+
+        from trinity.launch.gpus import gpu_ids
+
+        remote = [e.handle.gpu_ids.remote() for e in self.engines if isinstance(e, EngineClient)]
+        found = iter(ray.get(remote)) if remote else iter(())
+        here = gpu_ids() if ray.is_initialized() else []
+        return [next(found) if isinstance(e, EngineClient) else here for e in self.engines]
 
     @property
     def model_version(self) -> int:
@@ -366,10 +395,30 @@ class ModelReplicas:
             self.engines.close()
 
 
+def _device_plan(config: Config) -> DevicePlan | None:
+    """The run's device plan inside a Ray actor; None without Ray (tests, debugging) or
+    for a CPU config, whose engines ask Ray for no GPU."""
+    import ray
+
+    if not ray.is_initialized() or config.cluster.gpu_per_node == 0:
+        return None
+    from trinity.launch.gpus import run_plan
+
+    return run_plan(config)
+
+
+def _local_device(config: Config) -> Any:
+    """The device of an engine in this process: the GPU Ray gave it, else the CPU."""
+    from trinity.utils.device import compute_device
+
+    return compute_device(config)
+
+
 def _remote_engine(
-    config: Config, engine_args: dict[str, Any], model_dir: str
+    config: Config, engine_args: dict[str, Any], model_dir: str, num_gpus: float = 0
 ) -> TransformersEngine | EngineClient:
-    """An engine in its own Ray actor, or in this process when Ray is not running."""
+    """An engine in its own Ray actor with ``num_gpus`` GPUs, or in this process when Ray
+    is not running."""
     import ray
 
     if not ray.is_initialized():
@@ -381,6 +430,7 @@ def _remote_engine(
         ray.remote(EngineActor)
         .options(
             num_cpus=ENGINE_CPUS,
+            num_gpus=num_gpus,
             max_concurrency=explorer.runner_per_model + _SPARE_CALLS,
             runtime_env={"env_vars": {str(k): str(v) for k, v in explorer.env_vars.items()}},
         )

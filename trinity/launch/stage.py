@@ -70,6 +70,7 @@ def run_stage(
     from trinity.launch.buffer_actor import BufferActor
     from trinity.launch.cluster import connect, torch_work_overlaps
     from trinity.launch.follow import follow
+    from trinity.launch.gpus import check_cluster, explorer_options, run_plan
     from trinity.launch.process_policy import actor_env
     from trinity.launch.resume import resume_step
     from trinity.launch.roles import ExplorerRole, TrainerRole
@@ -117,6 +118,10 @@ def run_stage(
     print(
         f"[trinity] ray: {how} ({ray.cluster_resources().get('CPU', 0):.0f} CPUs)", file=sys.stderr
     )
+    plan = run_plan(config)
+    devices = check_cluster(config, plan)
+    if devices is not None:
+        print(f"[trinity] {devices}", file=sys.stderr)
     # sync_method memory on one node: the weights travel through one shared-memory file
     hand_on = export_final and kept is not None  # another stage follows
     kept = kept if kept is not None else StageActors()
@@ -152,13 +157,15 @@ def run_stage(
         if mode in ("both", "explore"):
             # its workflow runners are threads: they see explorer.env_vars here
             runtime_env = actor_env(config.explorer.env_vars)
+            gpus = explorer_options(plan)
             explorer = start(
-                ("explorer", config.explorer.name, repr(runtime_env)),
+                ("explorer", config.explorer.name, repr(runtime_env), gpus["num_gpus"]),
                 lambda: ray.remote(deferred_start_errors(reusable(ExplorerRole))).options(
                     num_cpus=EXPLORER_CPUS,
                     max_concurrency=2,
                     name=config.explorer.name,
                     runtime_env=runtime_env,
+                    **gpus,
                 ),
                 *(config, str(job_dir), model_dir, buffer, synchronizer, plugin_dirs),
             )
@@ -181,6 +188,7 @@ def run_stage(
                 total_steps=total_steps,
                 plugin_dirs=plugin_dirs,
                 kept=kept,
+                plan=plan,
             )
             actors.extend((rank, None) for rank in trainer_actors.ranks[1:])
             actors.append((trainer_actors.lead, trainer_actors.key))
@@ -253,4 +261,3 @@ def prepare_taskset(config: Config, job_dir: Path) -> Config:
     tasksets = [taskset, *inputs.tasksets[1:]]
     explorer_input = replace(inputs, taskset=taskset, tasksets=tasksets)
     return replace(config, buffer=replace(config.buffer, explorer_input=explorer_input))
-

@@ -17,6 +17,7 @@ import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,11 +26,13 @@ import ray
 from trinity.config import Config
 from trinity.config.trainer_ranks import RankLayout, check_data_parallel, trainer_layout
 from trinity.launch.actor_start import deferred_start_errors
+from trinity.launch.gpus import gpu_ids, rank_bundle_gpus, run_plan, trainer_rank_options
 from trinity.utils.memory import TrainerHeap
 from trinity.utils.resources import TRAINER_CPUS
 from trinity.utils.threads import torch_thread_method
 
 if TYPE_CHECKING:
+    from trinity.config.device_plan import DevicePlan
     from trinity.launch.stage_actors import StageActors
     from trinity.trainer.distributed import RankInfo
 
@@ -181,13 +184,15 @@ def start_trainer(
     total_steps: int,
     plugin_dirs: Sequence[str],
     kept: StageActors | None = None,
+    plan: DevicePlan | None = None,
 ) -> TrainerActors:
     """Start the trainer's ranks; ``role_cls(*role_args, workers=...)`` is rank 0. A
-    one-rank trainer is taken from ``kept`` when an earlier stage left one there."""
-    on_gpu = bool(config.cluster.gpu_per_node) and ray.cluster_resources().get("GPU", 0) > 0
-    layout = trainer_layout(config, on_gpu=on_gpu)
+    one-rank trainer is taken from ``kept`` when an earlier stage left one there.
+    ``plan``: the run's device plan (default: ``gpus.run_plan(config)``)."""
+    plan = run_plan(config) if plan is None else plan
+    layout = trainer_layout(config, on_gpu=plan.kind != "cpu")
     check_data_parallel(config, layout)
-    options = {"num_cpus": TRAINER_CPUS, "num_gpus": 1 if on_gpu else 0}
+    options = {"num_cpus": TRAINER_CPUS, **trainer_rank_options(plan)}
     if layout.world_size == 1:
         name = config.trainer.name
 
@@ -201,7 +206,10 @@ def start_trainer(
         key = ("trainer", name, options["num_gpus"])
         lead, rebuilt = kept.start(key, create, *role_args)
         return TrainerActors(lead, [lead], None, [], key=key, rebuilt=rebuilt)
-    group = _reserve(layout, on_gpu)
+    if kept is not None and options["num_gpus"]:
+        # the GPUs an earlier stage's trainer held, which this stage did not take over
+        kept.kill_all()
+    group = _reserve(layout, rank_bundle_gpus(plan, layout.per_node))
     strategies = [
         ray.util.scheduling_strategies.PlacementGroupSchedulingStrategy(
             group, placement_group_bundle_index=rank // layout.per_node
@@ -229,11 +237,10 @@ def _rank_options(cls: type, name: str, options: dict[str, Any], strategy: Any =
     )
 
 
-def _reserve(layout: RankLayout, on_gpu: bool, timeout_s: float = 60.0):
-    """One bundle per trainer node, each on a different node (STRICT_SPREAD)."""
-    bundle = {"CPU": layout.per_node * TRAINER_CPUS}
-    if on_gpu:
-        bundle["GPU"] = layout.per_node
+def _reserve(layout: RankLayout, gpus: dict[str, float], timeout_s: float = 60.0):
+    """One bundle per trainer node, each on a different node (STRICT_SPREAD); ``gpus``:
+    each bundle's GPU part."""
+    bundle = {"CPU": layout.per_node * TRAINER_CPUS, **gpus}
     strategy = "STRICT_SPREAD" if layout.nnodes > 1 else "PACK"
     group = ray.util.placement_group(
         [dict(bundle) for _ in range(layout.nnodes)], strategy=strategy
@@ -250,35 +257,51 @@ def _reserve(layout: RankLayout, on_gpu: bool, timeout_s: float = 60.0):
     return group
 
 
-def _where(actors: list[Any]) -> list[tuple[str, int]]:
-    """The Ray node id and the process id of each actor, asked of all at once."""
-    return ray.get(
-        [
-            a.__ray_call__.remote(
-                lambda self: (ray.get_runtime_context().get_node_id(), os.getpid())
-            )
-            for a in actors
-        ]
-    )
+def _where(actors: list[Any], explorer: bool = False) -> list[tuple[str, int, Any]]:
+    """The Ray node id, the process id and the GPU ids of each actor, asked of all at
+    once; for the ``explorer`` the GPU ids of its engines too."""
+    return ray.get([a.__ray_call__.remote(partial(_here, explorer)) for a in actors])
+
+
+def _here(explorer: bool, role: Any) -> tuple[str, int, Any]:
+    gpus: Any = gpu_ids()
+    if explorer:
+        gpus = {"explorer": gpus, "engines": _engine_gpu_ids(role)}
+    return ray.get_runtime_context().get_node_id(), os.getpid(), gpus
+
+
+def _engine_gpu_ids(role: Any) -> dict[str, list]:
+    """The GPU ids of every engine of an explorer role, by model section and replica."""
+    explorer = getattr(role, "explorer", None)  # None: the role failed to start
+    found: dict[str, list] = {}
+    for served in getattr(explorer, "served", []):
+        for i, ids in enumerate(served.engines.gpu_ids()):
+            found[f"{served.path} engine {i}"] = ids
+    return found
 
 
 def write_placement(job_dir: Path, explorer: Any | None, trainer: TrainerActors | None) -> dict:
     """Record the Ray node id of the explorer and of each trainer rank in
-    ``<job_dir>/placement.json`` (which node ran what, for multi-node runs), and under
+    ``<job_dir>/placement.json`` (which node ran what, for multi-node runs), under
     ``"pids"`` their process ids (a stage run in the processes of the stage before it
-    shows that stage's ids, ``trinity.launch.stage_actors``)."""
+    shows that stage's ids, ``trinity.launch.stage_actors``) and under ``"gpus"`` the GPU
+    ids Ray gave the explorer, each engine and each rank (empty lists on CPU)."""
     from trinity.trainer import checkpoint as ckpt
 
     placement: dict[str, Any] = {}
     pids: dict[str, Any] = {}
+    gpus: dict[str, Any] = {}
     try:
         if explorer is not None:
-            ((placement["explorer"], pids["explorer"]),) = _where([explorer])
+            ((placement["explorer"], pids["explorer"], found),) = _where([explorer], True)
+            gpus.update(found)
         if trainer is not None:
             where = _where(trainer.ranks)
-            placement["trainer_ranks"] = [node for node, _ in where]
-            pids["trainer_ranks"] = [pid for _, pid in where]
+            placement["trainer_ranks"] = [node for node, _, _ in where]
+            pids["trainer_ranks"] = [pid for _, pid, _ in where]
+            gpus["trainer_ranks"] = [ids for _, _, ids in where]
         placement["pids"] = pids
+        placement["gpus"] = gpus
     except ray.exceptions.RayActorError as exc:
         # the actor failed to start; the run's own wait reports why
         logging.getLogger("trinity.launch").warning("placement not recorded: %s", exc)
