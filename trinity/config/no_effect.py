@@ -151,6 +151,8 @@ NO_EFFECT: dict[str, str] = {
             "fsdp_size",
             "forward_prefetch",
         )
+        # the actor's offload keys act on CUDA (trinity.trainer.distributed)
+        if not (owner == "actor_rollout_ref.actor" and key.endswith("_offload"))
     },
     "trainer.trainer_config.trainer.default_hdfs_dir": "not implemented: no remote copy is made",
     "trainer.trainer_config.trainer.val_before_train": (

@@ -201,13 +201,13 @@ def test_dry_run_lists_the_keys_without_effect_it_sets(
     done = _run_dry(
         tmp_path,
         data,
-        "trainer.trainer_config.actor_rollout_ref.actor.fsdp_config.param_offload=true",
+        "trainer.trainer_config.actor_rollout_ref.actor.fsdp_config.forward_prefetch=true",
     )
     assert done.returncode == 0, done.stderr
     assert "# Keys without effect" in done.stdout
     assert (
         "accepted, no effect here: "
-        "trainer.trainer_config.actor_rollout_ref.actor.fsdp_config.param_offload (GPU-only"
+        "trainer.trainer_config.actor_rollout_ref.actor.fsdp_config.forward_prefetch (GPU-only"
     ) in done.stdout
 
 

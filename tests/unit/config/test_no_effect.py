@@ -71,6 +71,12 @@ CONSUMED_IN_CONFIG = {
 
 # no-effect key -> file outside trinity/config whose match of the name means something else
 NAME_READ_FOR_SOMETHING_ELSE = {
+    # the actor's offload keys, which the trainer reads on CUDA (trainer/trainer.py)
+    **{
+        f"trainer.trainer_config.{owner}.fsdp_config.{key}": "trainer/distributed.py"
+        for owner in ("actor_rollout_ref.ref", "critic.model")
+        for key in ("param_offload", "optimizer_offload")
+    },
     "trainer.trainer_config.actor_rollout_ref.actor.strategy": "trainer/train_input.py",
     "trainer.trainer_config.critic.strategy": "trainer/train_input.py",
     "trainer.trainer_config.actor_rollout_ref.actor.shuffle": "buffer/task_reader.py",
@@ -158,7 +164,7 @@ def _with_veRL_keys(data: dict[str, Any]) -> dict[str, Any]:
     data["trainer"] = {
         "trainer_config": {
             "actor_rollout_ref": {
-                "actor": {"fsdp_config": {"param_offload": True}, "shuffle": False},
+                "actor": {"fsdp_config": {"forward_prefetch": True}, "shuffle": False},
                 "model": {"use_remove_padding": True},  # the default: not reported
             },
         }
@@ -171,11 +177,11 @@ def test_only_keys_set_to_a_non_default_value_are_reported(minimal: dict[str, An
     found = set_without_effect(config_from_dict(_with_veRL_keys(minimal)))
     assert [key for key, _ in found] == [
         "explorer.auxiliary_models[0].enforce_eager",
-        "trainer.trainer_config.actor_rollout_ref.actor.fsdp_config.param_offload",
+        "trainer.trainer_config.actor_rollout_ref.actor.fsdp_config.forward_prefetch",
     ]
     assert (
         found[1][1]
-        == NO_EFFECT["trainer.trainer_config.actor_rollout_ref.actor.fsdp_config.param_offload"]
+        == NO_EFFECT["trainer.trainer_config.actor_rollout_ref.actor.fsdp_config.forward_prefetch"]
     )
 
 

@@ -34,8 +34,16 @@ class FsdpConfig:
     """Sharding and offloading of one model."""
 
     wrap_policy: WrapPolicyConfig = setting(WrapPolicyConfig, "module wrapping policy")
-    param_offload: bool = setting(False, "keep parameters in host memory between uses")
-    optimizer_offload: bool = setting(False, "keep optimizer state in host memory between steps")
+    param_offload: bool = setting(
+        False,
+        "keep parameters in host memory between uses (the actor's, on CUDA: FSDP2's "
+        "CPUOffloadPolicy; on CPU they are there already)",
+    )
+    optimizer_offload: bool = setting(
+        False,
+        "keep optimizer state in host memory between steps (the actor's, on CUDA, with "
+        "param_offload's policy)",
+    )
     fsdp_size: int = setting(-1, "ranks per sharding group; -1: all ranks")
     forward_prefetch: bool = setting(False, "prefetch the next shard during the forward pass")
 
