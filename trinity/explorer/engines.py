@@ -6,6 +6,10 @@ Ray actor (:class:`EngineActor`) when Ray is initialised, and in this process ot
 has no extra process: a second process would hold its own copy of torch and of the
 weights (several hundred MB) and would add a Ray round trip to every request.
 
+Past 400 lines on purpose: the replicas of one model (local engine 0, engine actors and
+their clients) and the wrappers served over them are built, reloaded and closed together,
+on CPU and on GPU alike.
+
 :class:`EngineClient` gives a remote engine the interface of
 :class:`~trinity.models.engine.TransformersEngine` that
 :class:`~trinity.models.wrapper.ModelWrapper` uses, so workflows call every engine the

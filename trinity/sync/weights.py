@@ -1,6 +1,9 @@
 """The two ends of weight synchronisation: what the trainer publishes and when the
 explorer takes it.
 
+Past 400 lines on purpose: the trainer's publishing and the explorer's taking follow one
+schedule and one handshake per method; split, each side would restate the other's half.
+
 Schedule (``synchronizer``): the trainer publishes policy version ``v`` after train step
 ``v`` whenever ``v % sync_interval == 0`` (and after its last step). With
 ``sync_style: fixed``, explore step ``s`` uses version
