@@ -15,17 +15,24 @@ from cli_testing import run_cli, write_plugin
 from trinity.launch.run import PluginError, load_plugins
 
 
-def test_plugin_modules_register_their_parts_once(tmp_path: Path) -> None:
+def test_plugin_modules_register_their_parts_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from trinity.algorithm import ADVANTAGE_FN, build
 
+    # the registry is process-wide: the plugin's part stays in this test
+    monkeypatch.setattr(ADVANTAGE_FN, "_items", dict(ADVANTAGE_FN._items))
     directory = write_plugin(tmp_path / "plugins", "unit")
-    names = load_plugins([directory])
-    assert names == ["trinity_plugin_constant_advantage_unit"]
-    assert "constant_advantage_unit" in ADVANTAGE_FN
-    # importing again (as each actor of a run does) registers nothing twice
-    assert load_plugins([directory]) == names
-    fn = build(ADVANTAGE_FN, "constant_advantage_unit", {"value": 0.5})
-    assert fn.args.value == 0.5
+    try:
+        names = load_plugins([directory])
+        assert names == ["trinity_plugin_constant_advantage_unit"]
+        assert "constant_advantage_unit" in ADVANTAGE_FN
+        # importing again (as each actor of a run does) registers nothing twice
+        assert load_plugins([directory]) == names
+        fn = build(ADVANTAGE_FN, "constant_advantage_unit", {"value": 0.5})
+        assert fn.args.value == 0.5
+    finally:
+        sys.modules.pop("trinity_plugin_constant_advantage_unit", None)
 
 
 def test_plugin_errors_name_the_directory_or_module(tmp_path: Path) -> None:
