@@ -138,10 +138,12 @@ def test_an_actor_that_cannot_start_fails_the_run_with_its_error(
     data = tmp_path / "data"
     data.mkdir()
     (data / "train.jsonl").write_text('{"question": "1 + 1 = ?", "answer": "2"}\n' * 4)
+    # mode explore: no trainer process to start and stop around the explorer's failure
     result = run_demo(
         tiny_model_dir,
         tmp_path,
         "name=bad-taskset",
+        "mode=explore",
         "buffer.total_steps=1",
         f"buffer.explorer_input.taskset.path={data}",
         "buffer.explorer_input.taskset.format.prompt_key=prompt",
