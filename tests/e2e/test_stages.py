@@ -1,8 +1,10 @@
 """The SFT -> GRPO stages example through ``trinity run``, on the tiny model.
 
 Stage sft_warmup (mode train) exports its final weights as a Hugging Face directory;
-stage rft (mode both) must start from exactly those weights. Each stage runs as the
-experiment ``<name>/<stage_name>`` under ``<checkpoint_root_dir>/<project>/``.
+stage rft (mode both) must start from exactly those weights. Two more stages follow in
+the same run: explore (mode explore) writes experiences to an SQL buffer and train (mode
+train) trains GRPO on them. Each stage runs as the experiment ``<name>/<stage_name>``
+under ``<checkpoint_root_dir>/<project>/``.
 """
 
 from __future__ import annotations
@@ -25,27 +27,46 @@ def trainer_rows(job: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-@pytest.mark.slow
-def test_sft_warmup_then_grpo(tiny_model_dir: Path, tmp_path: Path) -> None:
-    overrides = [
-        f"model.model_path={tiny_model_dir}",
-        f"checkpoint_root_dir={tmp_path}",
-        "name=stages",
-        "continue_from_checkpoint=true",
-        "model.max_response_tokens=8",
-        # stage rft: 2 explore/train steps of 2 tasks x 2 rollouts, no evaluation
-        "buffer.total_steps=2",
-        "algorithm.repeat_times=2",
-        "buffer.explorer_input.eval_tasksets=[]",
-        "explorer.eval_on_startup=false",
-        # stage sft_warmup: 2 steps of 4 rows
-        "stages[0].buffer.total_steps=2",
-        "stages[0].buffer.train_batch_size=4",
+@pytest.fixture(scope="module")
+def staged_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One ``trinity run`` of the example, shrunk to 2 quick steps a stage, with the
+    explore and train stages appended; the checkpoint root."""
+    root = tmp_path_factory.mktemp("stages")
+    config = yaml.safe_load(EXAMPLE.read_text())
+    config.update(name="stages", continue_from_checkpoint=True, checkpoint_root_dir=str(root))
+    config["model"].update(model_path=str(tiny_model_dir), max_response_tokens=8)
+    # stage rft: 2 explore/train steps of 2 tasks x 2 rollouts, no evaluation
+    config["buffer"]["total_steps"] = 2
+    config["algorithm"]["repeat_times"] = 2
+    config["buffer"]["explorer_input"]["eval_tasksets"] = []
+    config["explorer"]["eval_on_startup"] = False
+    # stage sft_warmup: 2 steps of 4 rows
+    config["stages"][0]["buffer"].update(total_steps=2, train_batch_size=4)
+    decoupled = {
+        "trainer_input": {
+            "experience_buffer": {
+                "name": "decoupled_buffer",
+                "storage_type": "sql",
+                "path": f"sqlite:///{root}/experiences.db",
+                "max_read_timeout": 5,
+            }
+        }
+    }
+    config["stages"] += [
+        {"stage_name": "explore", "mode": "explore", "buffer": decoupled},
+        {"stage_name": "train", "mode": "train", "buffer": decoupled},
     ]
-    result = run_cli("run", "--config", str(EXAMPLE), *overrides)
+    path = root / "stages.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = run_cli("run", "--config", str(path))
     assert result.returncode == 0, result.stderr[-4000:]
-    sft = tmp_path / "trinity-examples" / "stages" / "sft_warmup"
-    rft = tmp_path / "trinity-examples" / "stages" / "rft"
+    return root
+
+
+@pytest.mark.slow
+def test_sft_warmup_then_grpo(tiny_model_dir: Path, staged_run: Path) -> None:
+    sft = staged_run / "trinity-examples" / "stages" / "sft_warmup"
+    rft = staged_run / "trinity-examples" / "stages" / "rft"
 
     # stage 1 trained on the SFT data and exported its last step
     sft_rows = trainer_rows(sft)
@@ -81,43 +102,17 @@ def test_sft_warmup_then_grpo(tiny_model_dir: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_explore_stage_then_train_stage_on_its_experiences(
-    tiny_model_dir: Path, tmp_path: Path
-) -> None:
+def test_explore_stage_then_train_stage_on_its_experiences(staged_run: Path) -> None:
     """Mode explore writes experiences to a SQL buffer; mode train trains GRPO on them."""
-    config = yaml.safe_load((REPO / "examples" / "grpo" / "grpo.yaml").read_text())
-    config.update(
-        name="decoupled", continue_from_checkpoint=True, checkpoint_root_dir=str(tmp_path)
-    )
-    config["model"].update(model_path=str(tiny_model_dir), max_response_tokens=8)
-    config["algorithm"]["repeat_times"] = 2
-    config["buffer"].update(total_steps=2, batch_size=2)
-    config["buffer"]["explorer_input"]["eval_tasksets"] = []
-    config["buffer"]["explorer_input"]["taskset"]["path"] = str(REPO / "examples/arithmetic/data")
-    config["buffer"]["trainer_input"]["experience_buffer"] = {
-        "name": "decoupled_buffer",
-        "storage_type": "sql",
-        "path": f"sqlite:///{tmp_path}/experiences.db",
-        "max_read_timeout": 5,
-    }
-    config["explorer"].update(eval_on_startup=False)
-    config["stages"] = [
-        {"stage_name": "explore", "mode": "explore"},
-        {"stage_name": "train", "mode": "train"},
-    ]
-    path = tmp_path / "decoupled.yaml"
-    path.write_text(yaml.safe_dump(config))
-    result = run_cli("run", "--config", str(path))
-    assert result.returncode == 0, result.stderr[-4000:]
-    explore = tmp_path / "trinity-examples" / "decoupled" / "explore"
-    train = tmp_path / "trinity-examples" / "decoupled" / "train"
+    explore = staged_run / "trinity-examples" / "stages" / "explore"
+    train = staged_run / "trinity-examples" / "stages" / "train"
     assert (explore / "log" / "explorer.log").exists()
     assert not (explore / "log" / "trainer.log").exists()
     assert not list(explore.glob("global_step_*"))  # nothing trained in mode explore
 
     from sqlalchemy import create_engine, text
 
-    with create_engine(f"sqlite:///{tmp_path}/experiences.db").connect() as conn:
+    with create_engine(f"sqlite:///{staged_run}/experiences.db").connect() as conn:
         stored = conn.execute(text("SELECT COUNT(*) FROM experience")).scalar()
     assert stored == 2 * 2 * 2  # 2 steps x 2 tasks x 2 rollouts
 
