@@ -27,7 +27,8 @@ KERNEL_TESTS := tests/unit/kernels tests/unit/trainer/test_fused_layers.py \
 	tests/unit/trainer/test_precision.py tests/unit/models/test_fast_decode.py \
 	tests/unit/models/test_sampling.py tests/unit/algorithm/test_utils.py
 
-# two workers; the tests that start Ray or run a whole job stay on one of them, in turn
+# two workers; the tests that start Ray or run a whole job run in turn, in two serial
+# groups (one on each worker)
 # (the scheduler in tests/conftest.py)
 test: $(STAMP)
 	$(VENV)/bin/pytest -q -n 2
