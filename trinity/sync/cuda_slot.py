@@ -24,7 +24,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from trinity.sync.weight_slot import SlotEntry
+from trinity.sync.weight_slot import SlotEntry, pack, views
 
 if TYPE_CHECKING:
     import torch
@@ -44,23 +44,7 @@ class CudaSlotVersion:
 
 def cuda_layout(state: dict[str, torch.Tensor]) -> tuple[tuple[SlotEntry, ...], int]:
     """(entries, total bytes) of ``state`` packed into one buffer, each tensor aligned."""
-    entries, offset = [], 0
-    for name, tensor in state.items():
-        nbytes = tensor.numel() * tensor.element_size()
-        dtype = str(tensor.dtype).removeprefix("torch.")
-        entries.append(SlotEntry(name, dtype, tuple(tensor.shape), offset, nbytes))
-        offset += -(-nbytes // _ALIGN) * _ALIGN
-    return tuple(entries), max(offset, _ALIGN)
-
-
-def views(buffer: torch.Tensor, entries: tuple[SlotEntry, ...]) -> dict[str, torch.Tensor]:
-    """The tensors of ``entries`` as views of the flat ``uint8`` ``buffer``."""
-    import torch
-
-    return {
-        e.name: buffer[e.offset : e.offset + e.nbytes].view(getattr(torch, e.dtype)).view(e.shape)
-        for e in entries
-    }
+    return pack(state, _ALIGN)
 
 
 class CudaSlotWriter:

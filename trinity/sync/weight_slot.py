@@ -142,14 +142,32 @@ def _open_locked(path: str, flags: int) -> int:
     return fd
 
 
-def layout(state: dict[str, torch.Tensor], path: str) -> SlotVersion:
+def pack(state: dict[str, torch.Tensor], align: int) -> tuple[tuple[SlotEntry, ...], int]:
+    """(entries, total bytes) of ``state`` packed into one flat buffer, each tensor
+    starting on an ``align``-byte boundary (the CPU file here, the GPU buffer of
+    ``trinity.sync.cuda_slot``)."""
     entries, offset = [], 0
     for name, tensor in state.items():
         nbytes = tensor.numel() * tensor.element_size()
         dtype = str(tensor.dtype).removeprefix("torch.")
         entries.append(SlotEntry(name, dtype, tuple(tensor.shape), offset, nbytes))
-        offset += -(-nbytes // _ALIGN) * _ALIGN
-    return SlotVersion(path, max(offset, _ALIGN), tuple(entries))
+        offset += -(-nbytes // align) * align
+    return tuple(entries), max(offset, align)
+
+
+def views(buffer: torch.Tensor, entries: tuple[SlotEntry, ...]) -> dict[str, torch.Tensor]:
+    """The tensors of ``entries`` as views of the flat ``uint8`` ``buffer``."""
+    import torch
+
+    return {
+        e.name: buffer[e.offset : e.offset + e.nbytes].view(getattr(torch, e.dtype)).view(e.shape)
+        for e in entries
+    }
+
+
+def layout(state: dict[str, torch.Tensor], path: str) -> SlotVersion:
+    entries, size = pack(state, _ALIGN)
+    return SlotVersion(path, size, entries)
 
 
 def _bytes(mapped: mmap.mmap | None) -> torch.Tensor:
@@ -237,21 +255,12 @@ class SlotReader:
     def read(self, version: SlotVersion) -> SlotState:
         """Read-only tensors over the file, valid until ``end_read`` (the engine copies
         them into its weights)."""
-        import torch
-
         if self._key != (version.path, version.size):
             self.close()
             self._fd = _open_locked(version.path, os.O_RDONLY)
             self._map = mmap.mmap(self._fd, version.size, mmap.MAP_SHARED, mmap.PROT_READ)
             self._key = (version.path, version.size)
-        buffer = _bytes(self._map)
-        tensors = {
-            e.name: buffer[e.offset : e.offset + e.nbytes]
-            .view(getattr(torch, e.dtype))
-            .view(e.shape)
-            for e in version.entries
-        }
-        return SlotState(tensors, version)
+        return SlotState(views(_bytes(self._map), version.entries), version)
 
     def close(self) -> None:
         if self._map is not None:
