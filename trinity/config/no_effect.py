@@ -248,6 +248,8 @@ def set_without_effect(cfg: Config) -> list[tuple[str, str]]:
     plain = to_plain(cfg)
     found = list(_walk(plain, Config, "", "", fields))
     found += _loss_args(plain["algorithm"], None, "algorithm.")
+    if cfg.cluster.gpu_per_node == 0:
+        found += _gpu_only(cfg)
     for index, stage in enumerate(cfg.stages):
         for section in STAGE_SECTIONS:
             override = getattr(stage, section)
@@ -257,6 +259,35 @@ def set_without_effect(cfg: Config) -> list[tuple[str, str]]:
                 if section == "algorithm":
                     where = f"stages[{index}].algorithm."
                     found += _loss_args(override, plain["algorithm"], where)
+    return found
+
+
+_GPU_ONLY = "GPU-only: no effect while cluster.gpu_per_node is 0 (everything runs on the CPU)"
+
+
+def _gpu_only(cfg: Config) -> list[tuple[str, str]]:
+    """The keys that act on GPUs only (``trinity.launch.gpus``, ``trinity.trainer.
+    distributed``) which a CPU config sets to a non-default value."""
+    from trinity.config.schema.explorer import InferenceModelConfig
+    from trinity.config.schema.verl import FsdpConfig
+
+    models = [("explorer.rollout_model", cfg.explorer.rollout_model)]
+    models += [
+        (f"explorer.auxiliary_models[{i}]", m) for i, m in enumerate(cfg.explorer.auxiliary_models)
+    ]
+    default = InferenceModelConfig().gpu_memory_utilization
+    found = [
+        (f"{path}.gpu_memory_utilization", _GPU_ONLY)
+        for path, model in models
+        if model.gpu_memory_utilization != default
+    ]
+    verl = cfg.trainer.trainer_config  # None until resolved when the config sets none
+    if verl is not None:
+        fsdp = verl.actor_rollout_ref.actor.fsdp_config
+        for key in ("param_offload", "optimizer_offload"):
+            if getattr(fsdp, key) != getattr(FsdpConfig(), key):
+                path = f"trainer.trainer_config.actor_rollout_ref.actor.fsdp_config.{key}"
+                found.append((path, _GPU_ONLY))
     return found
 
 

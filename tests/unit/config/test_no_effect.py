@@ -210,3 +210,23 @@ def test_the_reference_marks_every_key_without_effect() -> None:
     rows = {line.split("`")[1]: line for line in render().splitlines() if line.startswith("| `")}
     for key, why in NO_EFFECT.items():
         assert f"| no effect here ({why}): " in rows[key], key
+
+
+def test_gpu_only_keys_are_reported_on_a_cpu_config_only(minimal: dict[str, Any]) -> None:
+    minimal["explorer"] = {
+        "rollout_model": {"gpu_memory_utilization": 0.4},
+        "auxiliary_models": [{"model_path": "judge", "gpu_memory_utilization": 0.3}],
+    }
+    minimal["trainer"] = {
+        "trainer_config": {
+            "actor_rollout_ref": {"actor": {"fsdp_config": {"optimizer_offload": True}}}
+        }
+    }
+    on_cpu = [key for key, why in set_without_effect(config_from_dict(minimal))]
+    assert on_cpu == [
+        "explorer.rollout_model.gpu_memory_utilization",
+        "explorer.auxiliary_models[0].gpu_memory_utilization",
+        "trainer.trainer_config.actor_rollout_ref.actor.fsdp_config.optimizer_offload",
+    ]
+    minimal["cluster"] = {**minimal.get("cluster", {}), "gpu_per_node": 1}
+    assert set_without_effect(config_from_dict(minimal)) == []
