@@ -172,8 +172,6 @@ def test_run_broadcasts_the_published_weights_to_every_engine(
         "trainer.trainer_config.trainer.max_actor_ckpt_to_keep=null",
         "log.level=DEBUG",
         "buffer.trainer_input.experience_buffer.path=null",
-        # a Ray instance of its own: never one that another test started and stops
-        "cluster.ray_address=local",
     ]
     result = run_demo(tiny_model_dir, tmp_path, *overrides)
     assert result.returncode == 0, result.stderr[-4000:]
