@@ -10,6 +10,11 @@
 - ``ExperienceModel`` is the SQL row of an experience (no pickle).
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from trinity.buffer.codec import experience_from_dict, experience_to_dict
 from trinity.buffer.errors import (
     DatasetNotFoundError,
@@ -31,10 +36,23 @@ from trinity.buffer.jsonl import JsonlReader, JsonlWriter
 from trinity.buffer.priority_queue import PriorityExperienceQueue
 from trinity.buffer.queue import ExperienceQueue, ExperienceWriter, open_backup
 from trinity.buffer.row_check import KeyRule, format_rules
-from trinity.buffer.schema import ExperienceModel, TaskModel, experience_model, task_model
-from trinity.buffer.sql_storage import SQLExperienceStorage, SQLTaskStorage, database_url
 from trinity.buffer.storage_buffer import StorageBuffer, jsonl_buffer, sql_buffer
 from trinity.buffer.task_reader import TasksetReader
+
+if TYPE_CHECKING:
+    from trinity.buffer.schema import ExperienceModel, TaskModel, experience_model, task_model
+    from trinity.buffer.sql_storage import SQLExperienceStorage, SQLTaskStorage, database_url
+
+# loaded on first use: they import sqlalchemy, needed only where SQL storage is used
+_LAZY = {
+    "ExperienceModel": "trinity.buffer.schema",
+    "TaskModel": "trinity.buffer.schema",
+    "experience_model": "trinity.buffer.schema",
+    "task_model": "trinity.buffer.schema",
+    "SQLExperienceStorage": "trinity.buffer.sql_storage",
+    "SQLTaskStorage": "trinity.buffer.sql_storage",
+    "database_url": "trinity.buffer.sql_storage",
+}
 
 __all__ = [
     "DatasetNotFoundError",
@@ -73,3 +91,12 @@ __all__ = [
     "sql_buffer",
     "task_model",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -22,7 +22,6 @@ from typing import Protocol
 
 from trinity.buffer.errors import QueueClosed
 from trinity.buffer.jsonl import JsonlWriter
-from trinity.buffer.sql_storage import SQLExperienceStorage
 from trinity.types import Experience
 
 
@@ -36,6 +35,8 @@ def open_backup(path: str) -> ExperienceWriter:
     """A JSON-lines writer for ``*.jsonl``/``*.json`` paths, else a SQL storage (URL or file)."""
     if "://" not in path and os.path.splitext(path)[1].lower() in (".jsonl", ".json"):
         return JsonlWriter(path)
+    from trinity.buffer.sql_storage import SQLExperienceStorage  # sqlalchemy only for SQL backups
+
     return SQLExperienceStorage(path)
 
 

@@ -16,7 +16,6 @@ from typing import Any, Protocol
 
 from trinity.buffer.errors import InvalidRows, QueueClosed
 from trinity.buffer.jsonl import JsonlReader, JsonlWriter
-from trinity.buffer.sql_storage import SQLExperienceStorage
 from trinity.types import Experience
 
 # the reader polls quickly at first, then backs off to this interval while idle
@@ -112,6 +111,8 @@ def sql_buffer(
     skip_invalid: bool = False,
 ) -> StorageBuffer:
     """A buffer over one SQL table; the same storage writes and reads."""
+    from trinity.buffer.sql_storage import SQLExperienceStorage  # sqlalchemy only for SQL buffers
+
     storage = SQLExperienceStorage(url_or_path, table_name=table_name, skip_invalid=skip_invalid)
     return StorageBuffer(storage, storage, read_timeout)
 

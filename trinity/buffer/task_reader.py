@@ -52,7 +52,6 @@ from trinity.buffer.difficulty_selector import DifficultySelector, DifficultySet
 from trinity.buffer.errors import InvalidRows, MalformedRowError, MissingKeyError, TasksetExhausted
 from trinity.buffer.file_reader import read_rows, with_progress
 from trinity.buffer.row_check import format_rules, row_problem
-from trinity.buffer.sql_storage import SQLTaskStorage
 from trinity.types import Task
 
 logger = logging.getLogger(__name__)
@@ -186,6 +185,9 @@ class TasksetReader:
                 progress=self.progress,
             )
         if storage_type == "sql":
+            # here, not at module level: sqlalchemy loads only for SQL tasksets
+            from trinity.buffer.sql_storage import SQLTaskStorage
+
             storage = SQLTaskStorage(self.cfg.path)
             try:
                 rows = storage.read_rows()

@@ -1,0 +1,96 @@
+"""sqlalchemy is imported only where SQL storage is used.
+
+Each run process (explorer, trainer, buffer actor) imports the buffer package; a run with
+a queue buffer and a file taskset must not pay for loading sqlalchemy. Each check runs in
+a fresh interpreter, since this test session has imported sqlalchemy long ago.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+NO_SQL_RUN = """
+import sys
+
+import trinity.buffer
+import trinity.buffer.experience_buffer
+import trinity.buffer.priority_queue
+import trinity.buffer.queue
+import trinity.buffer.task_reader
+import trinity.launch.buffer_actor
+import trinity.trainer.sft_data
+from trinity.buffer import make_experience_buffer
+from trinity.config.schema import StorageConfig
+from trinity.launch.buffer_actor import BufferActor
+
+queue = make_experience_buffer(StorageConfig(name="exp", storage_type="queue"))
+queue.close()
+priority = make_experience_buffer(
+    StorageConfig(name="exp", storage_type="queue", use_priority_queue=True)
+)
+priority.close()
+BufferActor(StorageConfig(name="exp", storage_type="queue")).close()
+loaded = sorted(m for m in sys.modules if m == "sqlalchemy" or m.startswith("sqlalchemy."))
+assert not loaded, f"sqlalchemy loaded without SQL storage: {loaded[:5]}"
+print("ok")
+"""
+
+SQL_RUN = """
+import sys
+
+from trinity.buffer import make_experience_buffer
+from trinity.config.schema import StorageConfig
+
+assert "sqlalchemy" not in sys.modules
+from trinity.buffer import SQLExperienceStorage, SQLTaskStorage, database_url
+
+assert "sqlalchemy" in sys.modules
+assert database_url({db!r}).startswith("sqlite:///")
+storage = SQLExperienceStorage({db!r})
+assert storage.count() == 0
+storage.close()
+SQLTaskStorage({tasks!r}).close()
+buffer = make_experience_buffer(StorageConfig(name="exp", storage_type="sql", path={db!r}))
+buffer.close()
+print("ok")
+"""
+
+QUEUE_BACKUP_RUN = """
+import sys
+
+from trinity.buffer import make_experience_buffer
+from trinity.config.schema import StorageConfig
+
+queue = make_experience_buffer(StorageConfig(name="exp", storage_type="queue", path={db!r}))
+assert "sqlalchemy" in sys.modules
+queue.close()
+print("ok")
+"""
+
+
+def run_fresh(code: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stdout.strip().endswith("ok"), proc.stdout[-2000:]
+
+
+def test_no_sqlalchemy_without_sql_storage() -> None:
+    run_fresh(NO_SQL_RUN)
+
+
+def test_sql_storage_still_builds_and_loads_sqlalchemy(tmp_path: Path) -> None:
+    run_fresh(SQL_RUN.format(db=str(tmp_path / "buffer.db"), tasks=str(tmp_path / "tasks.db")))
+    assert (tmp_path / "buffer.db").is_file()
+
+
+def test_queue_with_database_backup_loads_sqlalchemy(tmp_path: Path) -> None:
+    run_fresh(QUEUE_BACKUP_RUN.format(db=str(tmp_path / "backup.db")))
+    assert (tmp_path / "backup.db").is_file()
