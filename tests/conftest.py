@@ -32,13 +32,13 @@ SERIAL = (
     "e2e/test_async_sync.py::test_async_run_reports_the_staleness_of_its_schedule",
     "e2e/test_async_sync.py::test_split_explore_and_train_processes",
     "e2e/test_async_sync.py::test_explorer_driven_run_takes_weights_at_its_sync_points",
-    "e2e/test_dapo_multistep_raft.py",
     "e2e/test_debug_cli.py",
     "e2e/test_judge_run.py",
     "e2e/test_lora_run.py",
-    # the two tests reading one staged run (a module fixture): together, so it runs once
+    # the tests reading one staged run (a module fixture): together, so it runs once
     "e2e/test_more_algorithm_types.py::test_each_type_trains_two_steps_as_a_stage_of_one_run",
     "e2e/test_more_algorithm_types.py::test_upstream_keys_of_replay_selector_and_schedule_act",
+    "e2e/test_more_algorithm_types.py::test_dapo_samples_dynamically_and_raft",
     "e2e/test_resume.py",
     "e2e/test_run_cli.py::test_two_step_grpo_run",
     "e2e/test_run_cli.py::test_an_actor_that_cannot_start_fails_the_run_with_its_error",

@@ -7,12 +7,18 @@
 - A misspelt ``policy_loss_fn_args`` / ``advantage_fn_args`` name fails at load, naming
   the key path and the part's valid argument names, for every type's default parts.
 - The types composed of existing parts (cpt, asymre, topr, cispo, sapo, mix_chord, sppo,
-  rec, grpo_verl) and the distillation types (on_policy_distill, jsd, with the tiny
-  model as its own teacher) each train 2 steps on the tiny model as the stages of one
-  ``trinity run`` (one Ray start), from their example configs made small.
-- A last stage of that run, ``upstream_keys`` (grpo, 3 steps), sets Trinity-RFT's keys of
-  a replay buffer, a taskset's data_selector and a cosine LR schedule with warm-up; its
-  job directory shows each at work: ``actor/lr`` per step follows the schedule, a train
+  rec, grpo_verl), the distillation types (on_policy_distill, jsd, with the tiny model as
+  its own teacher), dapo, multi_step_grpo, gigpo and raft each train 2 steps on the tiny
+  model as the stages of one ``trinity run`` (one Ray start), from their example configs
+  made small. dapo answers additions with math_dapo_reward and dynamic sampling with one
+  extra round: the tiny model answers no addition right, so groups tie, are dropped, and
+  the step is topped up with them after the extra round
+  (tests/unit/explorer/test_dynamic_sampling.py covers the refill with hand-made groups);
+  multi_step_grpo and gigpo play guess_number with one experience per turn; raft trains
+  the best additions with the SFT loss.
+- A stage of that run before cpt, ``upstream_keys`` (grpo, 3 steps), sets Trinity-RFT's
+  keys of a replay buffer, a taskset's data_selector and a cosine LR schedule with
+  warm-up; its job directory shows each at work: ``actor/lr`` per step follows the schedule, a train
   step read experiences again (``batch/replayed``), and the explorer read the taskset in
   the order the reader with that seed gives in this process.
 """
@@ -49,6 +55,10 @@ RUN_TYPES = {
     # the teacher (the tiny model itself here) scores the student's tokens
     "on_policy_distill": ("actor/pg_loss",),
     "jsd": ("actor/pg_loss",),
+    "dapo": ("actor/pg_loss", "actor/pg_clipfrac"),
+    "multi_step_grpo": ("actor/pg_loss",),
+    "gigpo": ("actor/pg_loss",),
+    "raft": ("actor/sft_loss",),
 }
 
 
@@ -68,7 +78,8 @@ def staged_config(model_dir: Path, root: Path, stages: list[dict]) -> Path:
         continue_from_checkpoint=True,
         stages=stages,
     )
-    config["model"].update(model_path=str(model_dir), max_response_tokens=8)
+    # prompts up to 256 tokens: guess_number's second turn holds the first
+    config["model"].update(model_path=str(model_dir), max_prompt_tokens=256, max_response_tokens=8)
     # parts and arguments set here would reach every stage: the types' defaults only
     config["algorithm"] = {"algorithm_type": "grpo", "repeat_times": 2}
     path = root / "stages.yaml"
@@ -163,6 +174,17 @@ def small_stage(algorithm_type: str) -> dict:
         if ex.get("explorer", {}).get("auxiliary_models"):  # the distillation teacher
             stage["explorer"]["auxiliary_models"] = ex["explorer"]["auxiliary_models"]
     stage.update(algorithm=algorithm, buffer=buffer)
+    taskset = buffer.get("explorer_input", {}).get("taskset", {})
+    if algorithm_type == "dapo":
+        # the overlong penalty over the last 4 of the run's 8 response tokens; one extra round
+        taskset["reward_fn_args"] = {
+            "enable_overlong_penalty": True,
+            "max_response_length": 8,
+            "cache_length": 4,
+        }
+        algorithm["dynamic_sampling"] = {"enable": True, "max_extra_rounds": 1}
+    if "workflow_args" in taskset:  # guess_number: episodes of at most 2 turns
+        taskset["workflow_args"] = {**taskset["workflow_args"], "max_turns": 2}
     return stage
 
 
@@ -214,7 +236,11 @@ def staged_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -
     """One ``trinity run`` of every type of RUN_TYPES and the upstream_keys stage; the
     root of its jobs (``types/stages/<stage>``)."""
     root = tmp_path_factory.mktemp("staged_run")
-    stages = [small_stage(t) for t in RUN_TYPES] + [upstream_keys_stage(root)]
+    # cpt (mode train) last: the first stage starts the explorer and the trainer side by
+    # side, and a train-only stage in between would stop the explorer the next one needs
+    rollout_types = [t for t in RUN_TYPES if t != "cpt"]
+    stages = [small_stage(t) for t in rollout_types]
+    stages += [upstream_keys_stage(root), small_stage("cpt")]
     path = staged_config(tiny_model_dir, root, stages)
     result = run_cli(
         "run",
@@ -245,6 +271,29 @@ def test_each_type_trains_two_steps_as_a_stage_of_one_run(staged_run: Path) -> N
         rows = [json.loads(line) for line in path.read_text().splitlines()]
         kls = [r["rollout/teacher_kl/mean"] for r in rows if "rollout/teacher_kl/mean" in r]
         assert len(kls) == 2 and all(math.isfinite(k) for k in kls), (name, rows)
+
+
+def explorer_rows(job: Path) -> list[dict]:
+    [path] = (job / "monitor").rglob("*_explorer_metrics.jsonl")
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_dapo_samples_dynamically_and_raft_and_the_multi_step_types_act(staged_run: Path) -> None:
+    stages = staged_run / "types" / "stages"
+    dapo = [r for r in explorer_rows(stages / "dapo") if "rollout/num_experiences" in r]
+    assert len(dapo) == 2
+    assert all(r["rollout/reward/format_score/mean"] <= 0 for r in dapo)  # overlong penalty
+    for r in dapo:  # every step full (2 groups), in at most 1 + 1 rounds
+        prefix = "rollout/dynamic_sampling"
+        assert r[f"{prefix}/kept_groups"] + r[f"{prefix}/topped_up_groups"] == 2
+        assert r[f"{prefix}/rounds"] in (1.0, 2.0)
+        assert r["rollout/num_experiences"] == 4
+    gigpo = [r for r in explorer_rows(stages / "gigpo") if "rollout/num_experiences" in r]
+    assert len(gigpo) == 2
+    assert all(r["rollout/num_experiences"] >= 4 for r in gigpo)  # 2 tasks x 2 episodes
+    raft = [r for r in explorer_rows(stages / "raft") if "rollout/num_experiences" in r]
+    assert len(raft) == 2 and all("rollout/best_of_group/masked" in r for r in raft)
 
 
 def expected_lr(step: int) -> float:
