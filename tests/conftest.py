@@ -40,7 +40,6 @@ SERIAL = (
     "e2e/test_more_algorithm_types.py::test_upstream_keys_of_replay_selector_and_schedule_act",
     "e2e/test_more_algorithm_types.py::test_dapo_samples_dynamically_and_raft",
     "e2e/test_resume.py",
-    "e2e/test_run_cli.py::test_two_step_grpo_run",
     "e2e/test_run_cli.py::test_an_actor_that_cannot_start_fails_the_run_with_its_error",
     "e2e/test_stages.py",
     "integration/test_collective_sync.py",

@@ -7,6 +7,7 @@ stop it afterwards.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from cli_testing import (
     REPO,
     free_port,
@@ -23,6 +25,7 @@ from cli_testing import (
     start_ray_head,
     wait_until,
 )
+from safetensors.torch import load_file
 
 
 @pytest.fixture(scope="module")
@@ -135,23 +138,97 @@ def test_token_mismatch_is_reported_not_hidden(ray_head: dict[str, str]) -> None
 
 
 @pytest.mark.slow
-def test_run_on_running_cluster(
+def test_two_step_demo_run_on_the_running_cluster(
     ray_head: dict[str, str], tiny_model_dir: Path, tmp_path: Path
 ) -> None:
+    """The demo config for 2 steps, joining the head without an address (the machine's
+    running cluster): every file the run writes, and a policy that moved."""
     result = run_demo(
         tiny_model_dir,
         tmp_path,
-        "buffer.total_steps=1",
-        "explorer.eval_on_startup=false",
-        "buffer.explorer_input.eval_tasksets=[]",
-        "buffer.trainer_input.experience_buffer.path=null",
+        "name=e2e",
+        "continue_from_checkpoint=true",
+        "buffer.total_steps=2",
+        "explorer.eval_interval=2",
+        "trainer.save_interval=1",
+        "explorer.runner_per_model=8",
         env=ray_head,
     )
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, result.stderr[-4000:]
     assert "ray: joined" in result.stderr
-    assert list(tmp_path.glob("trinity-demo/*/global_step_1/actor/model_world_size_1_rank_0.pt"))
-    # the joined cluster is this machine's only node: the weights use the shared file,
-    # which the run removed
-    (trainer_log,) = tmp_path.glob("trinity-demo/*/log/trainer.log")
-    (slot,) = re.findall(r"published through the shared file (\S+)", trainer_log.read_text())
+    last_line = result.stdout.strip().splitlines()[-1]
+    assert last_line.startswith("eval accuracy: "), result.stdout
+    # the actors' start-up output (transformers' progress bars) stays off the terminal
+    assert "Loading weights" not in result.stderr
+
+    job = tmp_path / "trinity-demo" / "e2e"
+    for rel in (
+        "log/explorer.log",
+        "log/trainer.log",
+        "log/explorer_runner_0.log",
+        "monitor/summary.png",
+        "monitor/report.html",
+        "latest_checkpointed_iteration.txt",
+        "explorer_meta.json",
+        "trainer_meta.json",
+        "global_step_2/actor/model_world_size_1_rank_0.pt",
+        "global_step_2/actor/extra_state_world_size_1_rank_0.pt",
+        "global_step_2/actor/huggingface/config.json",
+        "buffer/arithmetic_buffer.db",
+    ):
+        assert (job / rel).exists(), rel
+    # the demo keeps one checkpoint, without the optimizer's state (save_contents)
+    assert sorted(p.name for p in job.glob("global_step_*")) == ["global_step_2"]
+    assert not (job / "global_step_2/actor/optim_world_size_1_rank_0.pt").exists()
+    assert (job / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+    # one node, sync_method memory: the weights went through the shared file, which the
+    # run removed; the explorer took both versions
+    trainer_log = (job / "log/trainer.log").read_text()
+    assert "keeps the memory a step frees" in trainer_log  # the default
+    (slot,) = re.findall(r"published through the shared file (\S+)", trainer_log)
     assert not Path(slot).exists()
+    explorer_log = (job / "log/explorer.log").read_text()
+    assert "synchronized to policy version 1" in explorer_log
+    assert "synchronized to policy version 2" in explorer_log
+    png = (job / "monitor" / "summary.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000
+    assert "<img" in (job / "monitor" / "report.html").read_text()
+    assert "best eval/arithmetic_eval/accuracy/mean" in result.stderr
+    assert "final rollout/reward/mean=" in result.stderr
+    assert list((job / "monitor" / "tensorboard").glob("e2e_trainer/events.*"))
+    assert list((job / "monitor" / "tensorboard").glob("e2e_explorer/events.*"))
+
+    # the policy moved: trained weights differ from the initial ones
+    initial = load_file(tiny_model_dir / "model.safetensors")
+    trained = torch.load(
+        job / "global_step_2/actor/model_world_size_1_rank_0.pt", weights_only=True
+    )
+    changed = [k for k, v in initial.items() if not torch.equal(v.float(), trained[k].float())]
+    assert changed, "no parameter changed after two GRPO steps"
+
+    # every logged trainer metric is finite, and the documented ones are there
+    rows = [
+        json.loads(line)
+        for line in (job / "monitor" / "e2e_trainer_metrics.jsonl").read_text().splitlines()
+    ]
+    assert [r["step"] for r in rows] == [1, 2]
+    for row in rows:
+        for key in ("actor/pg_loss", "actor/grad_norm", "actor/lr", "time/train_step"):
+            assert key in row
+        assert all(math.isfinite(v) for v in row.values() if isinstance(v, float))
+    evals = [
+        json.loads(line)
+        for line in (job / "monitor" / "e2e_explorer_metrics.jsonl").read_text().splitlines()
+    ]
+    assert any("eval/arithmetic_eval/accuracy/mean" in r for r in evals)
+
+    # the experience backup in the job dir holds every experience the explorer produced
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import sessionmaker
+
+    from trinity.common.schema.sql_schema import ExperienceModel
+
+    sess = sessionmaker(bind=create_engine(f"sqlite:///{job}/buffer/arithmetic_buffer.db"))()
+    exps = [ExperienceModel.to_experience(e) for e in sess.query(ExperienceModel).all()]
+    assert len(exps) == 2 * 2 * 8
+    assert all(e.response_text is not None for e in exps)
