@@ -2,6 +2,7 @@
 
     nice -n 15 .venv/bin/python benchmarks/grpo_step.py            # 2 warm-up + 5 timed steps each
     nice -n 15 .venv/bin/python benchmarks/grpo_step.py --steps 2 --warmup 1   # quick look
+    nice -n 15 .venv/bin/python benchmarks/grpo_step.py --dtype float32  # CPUs without bf16
 
 Both systems do the same work per step: the default model (SmolLM2-135M-Instruct), two
 tasks of the demo's arithmetic taskset with 8 rollouts each (16 completions of at most
@@ -22,7 +23,9 @@ would: neither shares an allocator, a heap or thread pools with the other), and 
 process alternates them step by step (a trinity step runs after every TRL step, never at
 the same time), so both see the same background load. The last line is
 ``trinity/trl step-time ratio: <r>`` (median over the timed steps; below 1 means trinity
-is faster). Needs the ``bench`` extra: ``pip install -e '.[bench]'``.
+is faster). ``--dtype float32`` runs both in float32 (TRL without mixed precision,
+trinity with ``model.dtype: float32``), for CPUs without bf16 instructions (AVX2 only).
+Needs the ``bench`` extra: ``pip install -e '.[bench]'``.
 """
 
 from __future__ import annotations
@@ -70,9 +73,11 @@ class TrinityGRPO:
         train_every_row: bool = False,
         extra: tuple[str, ...] = (),
         engine_args: dict[str, Any] | None = None,
+        dtype: str = "bfloat16",
     ) -> None:
         """``extra``: config overrides; ``engine_args``: more keywords of the engine
-        (``benchmarks/gpu_step.py`` passes its device)."""
+        (``benchmarks/gpu_step.py`` passes its device); ``dtype``: ``model.dtype`` of the
+        engine and the trainer."""
         from trinity.models.engine import TransformersEngine
         from trinity.models.wrapper import ModelWrapper
         from trinity.trainer.trainer import Trainer
@@ -86,6 +91,7 @@ class TrinityGRPO:
             rollouts=ROLLOUTS,
             tasks_per_step=TASKS_PER_STEP,
             max_tokens=MAX_TOKENS,
+            dtype=dtype,
             extra=extra,
         )
         self.engine = TransformersEngine(
@@ -166,7 +172,14 @@ class TrinityGRPO:
         self._tmp.cleanup()
 
 
-def build_trl(model_dir: Path, tasks: list[dict[str, str]], max_steps: int, seed: int, out: str):
+def build_trl(
+    model_dir: Path,
+    tasks: list[dict[str, str]],
+    max_steps: int,
+    seed: int,
+    out: str,
+    dtype: str = "bfloat16",
+):
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
@@ -180,10 +193,14 @@ def build_trl(model_dir: Path, tasks: list[dict[str, str]], max_steps: int, seed
     def arithmetic_reward(completions: list, answer: list, **_: Any) -> list[float]:
         return [reward(c[0]["content"], a) for c, a in zip(completions, answer, strict=True)]
 
+    # TRL loads the model in float32 (its default, named here); bf16 adds mixed precision,
+    # float32 sets neither bf16 nor fp16 (GRPOConfig's bf16 is True when left unset)
     args = GRPOConfig(
         output_dir=out,
         use_cpu=True,
-        bf16=True,
+        bf16=dtype == "bfloat16",
+        fp16=False,
+        model_init_kwargs={"dtype": "float32"},
         gradient_checkpointing=False,
         beta=0.0,
         num_generations=ROLLOUTS,
@@ -219,11 +236,19 @@ def summary(name: str, times: list[float], warmup: int) -> float:
 
 
 def _trinity_worker(
-    conn: Any, model_dir: Path, tasks: list, total: int, train_every_row: bool
+    conn: Any, model_dir: Path, tasks: list, total: int, train_every_row: bool, dtype: str
 ) -> None:
     """Child process: one trinity step per "step" message; replies (seconds, phases)."""
-    system = TrinityGRPO(model_dir, tasks, total, train_every_row)
-    conn.send("ready")
+    import torch
+
+    system = TrinityGRPO(model_dir, tasks, total, train_every_row, dtype=dtype)
+    trainer = system.trainer
+    weights = ", ".join(sorted({str(p.dtype) for p in trainer.model.parameters()}))
+    autocast = trainer.autocast_dtype  # None or float32: no autocast
+    conn.send(
+        f"trinity: engine weights {system.engine.model.dtype}, trainer weights {weights}, "
+        f"autocast {'no' if autocast in (None, torch.float32) else autocast}"
+    )
     try:
         while conn.recv() == "step":
             seconds = system.step()
@@ -233,7 +258,7 @@ def _trinity_worker(
         system.close()
 
 
-def _trl_worker(conn: Any, model_dir: Path, tasks: list, total: int, seed: int) -> None:
+def _trl_worker(conn: Any, model_dir: Path, tasks: list, total: int, seed: int, dtype: str) -> None:
     """Child process: TRL's own training loop, each step held until a "step" message;
     replies with the step's seconds (optimizer step, generation included)."""
     from transformers import TrainerCallback
@@ -247,9 +272,11 @@ def _trl_worker(conn: Any, model_dir: Path, tasks: list, total: int, seed: int) 
             conn.send(time.perf_counter() - self.start)
 
     with tempfile.TemporaryDirectory(prefix="trl-bench-") as out:
-        trl = build_trl(model_dir, tasks, total, seed, out)
+        trl = build_trl(model_dir, tasks, total, seed, out, dtype)
         trl.add_callback(Gate())
-        conn.send("ready")
+        conn.send(
+            f"trl: weights {trl.model.dtype}, mixed precision {trl.accelerator.mixed_precision}"
+        )
         trl.train()
 
 
@@ -262,6 +289,12 @@ def main() -> int:
     )
     parser.add_argument("--steps", type=int, default=5, help="timed steps per system (default 5)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--dtype",
+        choices=("bfloat16", "float32"),
+        default="bfloat16",
+        help="what both systems compute in (default bfloat16: TRL's bf16 mixed precision)",
+    )
     parser.add_argument(
         "--train-every-row",
         action="store_true",
@@ -279,7 +312,10 @@ def main() -> int:
     model_dir = resolve_model_path(DEFAULT_MODEL)
     tasks = load_tasks(args.seed)
     total = args.warmup + args.steps
-    print(f"model {model_dir.name}, torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(
+        f"model {model_dir.name}, {args.dtype}, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads"
+    )
     print(
         f"{TASKS_PER_STEP} tasks x {ROLLOUTS} rollouts, <= {MAX_TOKENS} tokens, T={TEMPERATURE}, "
         f"lr {LR}; {args.warmup} warm-up + {args.steps} timed steps each, one process each"
@@ -290,9 +326,11 @@ def main() -> int:
     workers = [
         spawn.Process(
             target=_trinity_worker,
-            args=(trinity_end, model_dir, tasks, total, args.train_every_row),
+            args=(trinity_end, model_dir, tasks, total, args.train_every_row, args.dtype),
         ),
-        spawn.Process(target=_trl_worker, args=(trl_end, model_dir, tasks, total, args.seed)),
+        spawn.Process(
+            target=_trl_worker, args=(trl_end, model_dir, tasks, total, args.seed, args.dtype)
+        ),
     ]
     for worker in workers:
         worker.start()
@@ -301,9 +339,8 @@ def main() -> int:
     phases: dict[str, list[float]] = {"rollout": [], "train": [], "sync": []}
     skipped_rows: list[int] = []
     try:
-        for conn, name in ((trinity_conn, "trinity"), (trl_conn, "trl")):
-            if conn.recv() != "ready":
-                raise RuntimeError(f"the {name} process did not start")
+        for conn in (trinity_conn, trl_conn):  # each says what it computes in when ready
+            print(conn.recv(), flush=True)
         for step in range(1, total + 1):
             trl_conn.send("step")
             trl_times.append(trl_conn.recv())
