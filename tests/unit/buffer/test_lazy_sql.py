@@ -1,8 +1,10 @@
 """sqlalchemy is imported only where SQL storage is used.
 
 Each run process (explorer, trainer, buffer actor) imports the buffer package; a run with
-a queue buffer and a file taskset must not pay for loading sqlalchemy. Each check runs in
-a fresh interpreter, since this test session has imported sqlalchemy long ago.
+a queue buffer and a file taskset must not pay for loading sqlalchemy. The check runs in
+a fresh interpreter, since this test session has imported sqlalchemy long ago: first
+everything a run without SQL builds, then a queue backed up to a database (which loads
+sqlalchemy), then the SQL storages by their lazy names.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-NO_SQL_RUN = """
+RUN = """
 import sys
 
 import trinity.buffer
@@ -34,20 +36,15 @@ priority = make_experience_buffer(
 priority.close()
 BufferActor(StorageConfig(name="exp", storage_type="queue")).close()
 loaded = sorted(m for m in sys.modules if m == "sqlalchemy" or m.startswith("sqlalchemy."))
-assert not loaded, f"sqlalchemy loaded without SQL storage: {loaded[:5]}"
-print("ok")
-"""
+assert not loaded, f"sqlalchemy loaded without SQL storage: {{loaded[:5]}}"
 
-SQL_RUN = """
-import sys
+# a queue whose backup is a database
+backed_up = make_experience_buffer(StorageConfig(name="exp", storage_type="queue", path={backup!r}))
+assert "sqlalchemy" in sys.modules
+backed_up.close()
 
-from trinity.buffer import make_experience_buffer
-from trinity.config.schema import StorageConfig
-
-assert "sqlalchemy" not in sys.modules
 from trinity.buffer import SQLExperienceStorage, SQLTaskStorage, database_url
 
-assert "sqlalchemy" in sys.modules
 assert database_url({db!r}).startswith("sqlite:///")
 storage = SQLExperienceStorage({db!r})
 assert storage.count() == 0
@@ -58,39 +55,17 @@ buffer.close()
 print("ok")
 """
 
-QUEUE_BACKUP_RUN = """
-import sys
 
-from trinity.buffer import make_experience_buffer
-from trinity.config.schema import StorageConfig
-
-queue = make_experience_buffer(StorageConfig(name="exp", storage_type="queue", path={db!r}))
-assert "sqlalchemy" in sys.modules
-queue.close()
-print("ok")
-"""
-
-
-def run_fresh(code: str) -> None:
+def test_sqlalchemy_loads_only_with_sql_storage(tmp_path: Path) -> None:
+    code = RUN.format(
+        backup=str(tmp_path / "backup.db"),
+        db=str(tmp_path / "buffer.db"),
+        tasks=str(tmp_path / "tasks.db"),
+    )
     proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=300,
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert proc.stdout.strip().endswith("ok"), proc.stdout[-2000:]
-
-
-def test_no_sqlalchemy_without_sql_storage() -> None:
-    run_fresh(NO_SQL_RUN)
-
-
-def test_sql_storage_still_builds_and_loads_sqlalchemy(tmp_path: Path) -> None:
-    run_fresh(SQL_RUN.format(db=str(tmp_path / "buffer.db"), tasks=str(tmp_path / "tasks.db")))
-    assert (tmp_path / "buffer.db").is_file()
-
-
-def test_queue_with_database_backup_loads_sqlalchemy(tmp_path: Path) -> None:
-    run_fresh(QUEUE_BACKUP_RUN.format(db=str(tmp_path / "backup.db")))
     assert (tmp_path / "backup.db").is_file()
+    assert (tmp_path / "buffer.db").is_file()
