@@ -1,7 +1,7 @@
 """End to end: a run killed with SIGKILL in the middle of a step and restarted with
 ``continue_from_checkpoint: true`` ends with exactly the weights of an uninterrupted run.
 
-Synchronous schedule (sync_interval 1, sync_offset 0), 4 steps, a checkpoint every step,
+Synchronous schedule (sync_interval 1, sync_offset 0), 3 steps, a checkpoint every step,
 two training tasksets (the first prepared by the task pipeline, read shuffled) and two
 concurrent workflow runners. The reward is the share of distinct characters in the
 response, so the tiny random model gets a non-zero GRPO signal and its weights move.
@@ -34,9 +34,9 @@ from trinity.rewards.registry import REWARD_FNS
 
 @REWARD_FNS.register("char_variety_reward")
 def char_variety_reward(response: str, truth: object) -> dict[str, float]:
-    # the run to be killed holds step 3 here, so it is killed in the middle of that step
-    hold = os.environ.get("HOLD_STEP_3_OF_LOG")
-    while hold and os.path.exists(hold) and "explore step 3 begins" in open(hold).read():
+    # the run to be killed holds step 2 here, so it is killed in the middle of that step
+    hold = os.environ.get("HOLD_STEP_2_OF_LOG")
+    while hold and os.path.exists(hold) and "explore step 2 begins" in open(hold).read():
         time.sleep(0.5)
     return {"variety": len(set(response)) / max(len(response), 1)}
 """
@@ -85,7 +85,7 @@ def write_inputs(tmp_path: Path) -> tuple[Path, Path]:
         "cluster": {"node_num": 1, "gpu_per_node": 0},
         "buffer": {
             "batch_size": 3,
-            "total_steps": 4,
+            "total_steps": 3,
             "explorer_input": {
                 "tasksets": [
                     {
@@ -148,9 +148,9 @@ def command(config: Path, plugins: Path) -> list[str]:
 
 
 def start(
-    args: list[str], log: Path, *, root: Path, model: Path, hold_step_3: Path | None = None
+    args: list[str], log: Path, *, root: Path, model: Path, hold_step_2: Path | None = None
 ) -> subprocess.Popen:
-    """``hold_step_3``: the run's explorer log; its rewards then wait once step 3 began."""
+    """``hold_step_2``: the run's explorer log; its rewards then wait once step 2 began."""
     # a session of its own: the run, its Ray processes and actors form one process group
     # bf16 on every CPU: in float32 two uninterrupted runs of this config already differ
     # (by about 3e-3 in the embeddings after 4 steps, measured on an AVX2 EPYC): a row's
@@ -158,8 +158,8 @@ def start(
     # which depends on the two runners' timing, and AdamW turns such differences into
     # lr-sized steps. In bf16 the runs agree bit for bit.
     env = {**os.environ, "ROOT": str(root), "MODEL": str(model), "TRINITY_KEEP_BF16": "1"}
-    if hold_step_3 is not None:
-        env["HOLD_STEP_3_OF_LOG"] = str(hold_step_3)
+    if hold_step_2 is not None:
+        env["HOLD_STEP_2_OF_LOG"] = str(hold_step_2)
     with open(log, "w") as out:
         return subprocess.Popen(
             args, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
@@ -176,7 +176,7 @@ def wait_for(predicate, proc: subprocess.Popen, log: Path, timeout: float = 600)
         assert proc.poll() is None, (
             f"the run ended before it could be killed:\n{log.read_text()[-4000:]}"
         )
-        assert time.monotonic() < deadline, "timed out waiting for the run to reach step 3"
+        assert time.monotonic() < deadline, "timed out waiting for the run to reach step 2"
         time.sleep(0.05)
 
 
@@ -211,7 +211,7 @@ def test_killed_run_resumes_to_the_same_weights(tiny_model_dir: Path, tmp_path: 
     config, plugins = write_inputs(tmp_path)
     args = command(config, plugins)
 
-    # the reference: four steps without interruption
+    # the reference: three steps without interruption
     ref_root, ref_log = tmp_path / "reference", tmp_path / "reference.log"
     finish(start(args, ref_log, root=ref_root, model=tiny_model_dir), ref_log)
     ref_job = ref_root / "trinity-demo" / "resume"
@@ -219,51 +219,51 @@ def test_killed_run_resumes_to_the_same_weights(tiny_model_dir: Path, tmp_path: 
     prepared = ref_job / "buffer" / "task_pipeline" / "sums.jsonl"
     assert [json.loads(line)["level"] for line in prepared.read_text().splitlines()] == [0] * 6
     assert "task pipeline: 12 tasks in, 6 out" in ref_log.read_text()
-    assert tasks_run(ref_job) == {"sums": 8, "products": 4}
+    assert tasks_run(ref_job) == {"sums": 6, "products": 3}
     rows = (ref_job / "monitor" / "resume_explorer_metrics.jsonl").read_text().splitlines()
     steps = [json.loads(row) for row in rows]
-    assert [r["rollout/taskset/sums/num_experiences"] for r in steps] == [8.0] * 4  # 2 tasks x 4
-    assert [r["rollout/taskset/products/num_experiences"] for r in steps] == [4.0] * 4
+    assert [r["rollout/taskset/sums/num_experiences"] for r in steps] == [8.0] * 3  # 2 tasks x 4
+    assert [r["rollout/taskset/products/num_experiences"] for r in steps] == [4.0] * 3
 
-    # the same run, killed once step 2 is checkpointed and step 3 has begun
+    # the same run, killed once step 1 is checkpointed and step 2 has begun
     root = tmp_path / "interrupted"
     job = root / "trinity-demo" / "resume"
     killed_log = tmp_path / "killed.log"
     proc = start(
-        args, killed_log, root=root, model=tiny_model_dir, hold_step_3=job / "log" / "explorer.log"
+        args, killed_log, root=root, model=tiny_model_dir, hold_step_2=job / "log" / "explorer.log"
     )
 
-    def in_step_3() -> bool:
+    def in_step_2() -> bool:
         latest = job / "latest_checkpointed_iteration.txt"
         explorer_log = job / "log" / "explorer.log"
         return (
             latest.exists()
-            and latest.read_text().strip() == "2"
+            and latest.read_text().strip() == "1"
             and explorer_log.exists()
-            and "explore step 3 begins" in explorer_log.read_text()
+            and "explore step 2 begins" in explorer_log.read_text()
         )
 
-    wait_for(in_step_3, proc, killed_log)
+    wait_for(in_step_2, proc, killed_log)
     kill_group(proc)
-    assert (job / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
-    assert not (job / "global_step_3" / "actor" / "optim_world_size_1_rank_0.pt").exists()
-    # the explorer's state matching checkpoint 2 was kept, though it ran ahead
+    assert (job / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
+    assert not (job / "global_step_2" / "actor" / "optim_world_size_1_rank_0.pt").exists()
+    # the explorer's state matching checkpoint 1 was kept, though it ran ahead
     meta = json.loads((job / "explorer_meta.json").read_text())
-    assert meta["by_step"]["2"]["taskset"]["position"] == 2 * 3  # two batches of 3 tasks
+    assert meta["by_step"]["1"]["taskset"]["position"] == 3  # one batch of 3 tasks
 
     resumed_log = tmp_path / "resumed.log"
     finish(start(args, resumed_log, root=root, model=tiny_model_dir), resumed_log)
     text = resumed_log.read_text()
-    assert "resuming after step 2" in text
+    assert "resuming after step 1" in text
     assert f"task pipeline: reusing {job / 'buffer' / 'task_pipeline' / 'sums.jsonl'}" in text
     trainer_log = (job / "log" / "trainer.log").read_text()
-    assert "resumed trainer from step 2" in trainer_log
-    assert trainer_log.count("train step 1 begins") == 1  # steps 1 and 2 were not redone
-    assert "resumed the explorer after step 2" in (job / "log" / "explorer.log").read_text()
+    assert "resumed trainer from step 1" in trainer_log
+    assert trainer_log.count("train step 1 begins") == 1  # step 1 was not redone
+    assert "resumed the explorer after step 1" in (job / "log" / "explorer.log").read_text()
 
     initial = load_file(tiny_model_dir / "model.safetensors")
-    expected, got = weights(ref_job, 4), weights(job, 4)
+    expected, got = weights(ref_job, 3), weights(job, 3)
     assert any(not torch.equal(initial[k], expected[k]) for k in initial), "the policy never moved"
-    assert any(not torch.equal(weights(ref_job, 2)[k], expected[k]) for k in expected)
+    assert any(not torch.equal(weights(ref_job, 1)[k], expected[k]) for k in expected)
     for key, value in expected.items():
         assert torch.equal(value, got[key]), (key, (value - got[key]).abs().max())
