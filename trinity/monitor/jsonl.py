@@ -27,8 +27,9 @@ def metrics_path(monitor_dir: Path, run_name: str) -> Path:
 
 
 def metric_files(monitor_dir: Path) -> list[Path]:
-    """The metric files of every run in ``monitor_dir``, sorted by name."""
-    return sorted(Path(monitor_dir).glob(f"*{SUFFIX}"))
+    """The metric files of every run in ``monitor_dir``, sorted by name; below it too,
+    where a run's name has a "/" (a stage's runs: ``<name>/<stage>_explorer``)."""
+    return sorted(Path(monitor_dir).rglob(f"*{SUFFIX}"))
 
 
 def run_name_of(path: Path) -> str:

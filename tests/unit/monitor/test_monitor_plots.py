@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from trinity.monitor.jsonl import read_metrics
+from trinity.monitor.jsonl import metrics_path, read_metrics
 from trinity.monitor.plots import (
     Panel,
     load_series,
@@ -65,6 +65,21 @@ def assert_png(path: Path) -> None:
 def test_summary_png_is_written_next_to_the_metrics(job_dir):
     paths = write_plots(job_dir)
     assert paths == [job_dir / "monitor" / "summary.png"]
+    assert_png(paths[0])
+
+
+def test_a_stages_metrics_below_its_run_name_are_found(job_dir, tmp_path):
+    # a stage's runs are named "<name>/<stage>": its metric files lie one directory down
+    stage = tmp_path / "stage_job"
+    for source in sorted((job_dir / "monitor").glob("*_metrics.jsonl")):
+        role = source.name.removeprefix("exp_")
+        target = metrics_path(
+            stage / "monitor", f"stages/sft_{role}".removesuffix("_metrics.jsonl")
+        )
+        write_jsonl(target, [json.loads(line) for line in source.read_text().splitlines()])
+    assert (stage / "monitor" / "stages" / "sft_trainer_metrics.jsonl").exists()
+    paths = write_plots(stage)
+    assert paths == [stage / "monitor" / "summary.png"]
     assert_png(paths[0])
 
 
