@@ -134,7 +134,7 @@ def write_plots(
     ncols = min(3, len(plan))
     nrows = math.ceil(len(plan) / ncols)
     # A standalone Figure on the Agg canvas leaves pyplot's global backend untouched.
-    fig = Figure(figsize=(5.0 * ncols, 3.4 * nrows), layout="constrained")
+    fig = Figure(figsize=(5.0 * ncols, 3.4 * nrows))
     FigureCanvasAgg(fig)
     fig.suptitle(f"{job_dir.parent.name}/{job_dir.name}")
     for index, (panel, keys) in enumerate(plan):
@@ -147,7 +147,18 @@ def write_plots(
         ax.set_title(panel.title)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper left")
+    # margins fixed in inches: a layout engine measures every label first, a second pass
+    # over the figure that took as long as drawing it
+    width, height = fig.get_size_inches()
+    fig.subplots_adjust(
+        left=0.65 / width,
+        right=1 - 0.15 / width,
+        bottom=0.5 / height,
+        top=1 - 0.75 / height,
+        wspace=0.3,
+        hspace=0.45,
+    )
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / SUMMARY_NAME
     fig.savefig(path, dpi=100)
