@@ -188,8 +188,9 @@ def small_stage(algorithm_type: str) -> dict:
     return stage
 
 
-def trainer_rows(job: Path) -> list[dict]:
-    [path] = (job / "monitor").rglob("*_trainer_metrics.jsonl")
+def metric_rows(job: Path, role: str) -> list[dict]:
+    """The records of the ``role`` ("trainer" or "explorer") run of ``job``."""
+    [path] = (job / "monitor").rglob(f"*_{role}_metrics.jsonl")
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
@@ -258,30 +259,22 @@ def test_each_type_trains_two_steps_as_a_stage_of_one_run(staged_run: Path) -> N
         job = staged_run / "types" / "stages" / name
         config = yaml.safe_load((job / "config.yaml").read_text())
         assert config["algorithm"]["algorithm_type"] == name
-        rows = trainer_rows(job)
+        rows = metric_rows(job, "trainer")
         assert [r["step"] for r in rows] == [1, 2], name
         for row in rows:
             for key in metrics:
                 assert math.isfinite(row[key]), (name, key, row.get(key))
         assert (job / "global_step_2" / "actor" / "model_world_size_1_rank_0.pt").exists()
     for name in ("on_policy_distill", "jsd"):  # the teacher's log-probs were there
-        [path] = (staged_run / "types" / "stages" / name / "monitor").rglob(
-            "*_explorer_metrics.jsonl"
-        )
-        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        rows = metric_rows(staged_run / "types" / "stages" / name, "explorer")
         kls = [r["rollout/teacher_kl/mean"] for r in rows if "rollout/teacher_kl/mean" in r]
         assert len(kls) == 2 and all(math.isfinite(k) for k in kls), (name, rows)
-
-
-def explorer_rows(job: Path) -> list[dict]:
-    [path] = (job / "monitor").rglob("*_explorer_metrics.jsonl")
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 @pytest.mark.slow
 def test_dapo_samples_dynamically_and_raft_and_the_multi_step_types_act(staged_run: Path) -> None:
     stages = staged_run / "types" / "stages"
-    dapo = [r for r in explorer_rows(stages / "dapo") if "rollout/num_experiences" in r]
+    dapo = [r for r in metric_rows(stages / "dapo", "explorer") if "rollout/num_experiences" in r]
     assert len(dapo) == 2
     assert all(r["rollout/reward/format_score/mean"] <= 0 for r in dapo)  # overlong penalty
     for r in dapo:  # every step full (2 groups), in at most 1 + 1 rounds
@@ -289,10 +282,10 @@ def test_dapo_samples_dynamically_and_raft_and_the_multi_step_types_act(staged_r
         assert r[f"{prefix}/kept_groups"] + r[f"{prefix}/topped_up_groups"] == 2
         assert r[f"{prefix}/rounds"] in (1.0, 2.0)
         assert r["rollout/num_experiences"] == 4
-    gigpo = [r for r in explorer_rows(stages / "gigpo") if "rollout/num_experiences" in r]
+    gigpo = [r for r in metric_rows(stages / "gigpo", "explorer") if "rollout/num_experiences" in r]
     assert len(gigpo) == 2
     assert all(r["rollout/num_experiences"] >= 4 for r in gigpo)  # 2 tasks x 2 episodes
-    raft = [r for r in explorer_rows(stages / "raft") if "rollout/num_experiences" in r]
+    raft = [r for r in metric_rows(stages / "raft", "explorer") if "rollout/num_experiences" in r]
     assert len(raft) == 2 and all("rollout/best_of_group/masked" in r for r in raft)
 
 
@@ -308,7 +301,7 @@ def expected_lr(step: int) -> float:
 @pytest.mark.slow
 def test_upstream_keys_of_replay_selector_and_schedule_act_in_a_run(staged_run: Path) -> None:
     job = staged_run / "types" / "stages" / "upstream_keys"
-    rows = trainer_rows(job)
+    rows = metric_rows(job, "trainer")
     assert [r["step"] for r in rows] == [1, 2, 3]
 
     # (a) warm-up to LR by step 2 (without it: 0.325 LR), then cosine down to 0.1 LR
