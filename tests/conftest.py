@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -143,32 +143,104 @@ def tiny_model_dir(smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
     return out
 
 
-@pytest.fixture(scope="session")
-def shared_ray_head() -> Iterator[str]:
+class SharedRayHead:
     """A Ray head (``ray start --head``) that the SERIAL tests' runs join, so that the
-    suite starts Ray once instead of once per run (5-15 s each on 2 cores); returns its
-    address. It keeps its files in a temp dir of its own, so it is not the machine's
+    suite starts Ray once per serial group instead of once per run (5-15 s each on 2
+    cores). It keeps its files in a temp dir of its own, so it is not the machine's
     "current" cluster (``/tmp/ray/ray_current_cluster``) that a run started without an
     address would find; its workers run at normal priority, as those of a cluster that
-    ``trinity run`` starts itself."""
-    from cli_testing import ray_environment, ray_nodes, start_ray_head
+    ``trinity run`` starts itself. Started on first use; stopped after the last test of
+    its group that joins it (``pytest_runtest_teardown``), since an idle head's processes
+    keep taking CPU (about 70 s over the rest of a suite), and started again if needed."""
 
-    # short: Ray puts its sockets below it, and a socket path has at most 107 characters
-    temp_dir = tempfile.mkdtemp(prefix="trinity-ray-", dir="/tmp")
-    with ray_nodes(ray_environment()) as start:
-        _, address = start_ray_head(
-            start,
-            "--num-cpus",
-            str(os.cpu_count() or 1),
-            "--include-dashboard",
-            "false",
-            "--temp-dir",
-            temp_dir,
-            "--system-config",
-            json.dumps({"worker_niceness": 0}),
-        )
-        yield address
-    shutil.rmtree(temp_dir, ignore_errors=True)
+    def __init__(self) -> None:
+        self._stack: contextlib.ExitStack | None = None
+        self._address = ""
+
+    def address(self) -> str:
+        if self._stack is None:
+            from cli_testing import ray_environment, ray_nodes, start_ray_head
+
+            stack = contextlib.ExitStack()
+            # short: Ray puts its sockets below it, a socket path has at most 107 characters
+            temp_dir = tempfile.mkdtemp(prefix="trinity-ray-", dir="/tmp")
+            stack.callback(shutil.rmtree, temp_dir, ignore_errors=True)
+            start = stack.enter_context(ray_nodes(ray_environment()))
+            _, self._address = start_ray_head(
+                start,
+                "--num-cpus",
+                str(os.cpu_count() or 1),
+                "--include-dashboard",
+                "false",
+                # the log monitor forwards workers' output to drivers that ask for it, and
+                # runs join with log_to_driver=False: it would only poll the logs (~10 s of
+                # CPU over a suite)
+                "--include-log-monitor",
+                "false",
+                "--temp-dir",
+                temp_dir,
+                "--system-config",
+                json.dumps({"worker_niceness": 0}),
+            )
+            self._stack = stack
+        return self._address
+
+    @property
+    def running(self) -> bool:
+        return self._stack is not None
+
+    def stop(self) -> None:
+        if self._stack is not None:
+            stack, self._stack = self._stack, None
+            stack.close()
+
+
+_SHARED_HEAD = SharedRayHead()
+
+
+def _node(nodeid: str) -> str:
+    return nodeid.removeprefix("tests/")
+
+
+def _joins_shared_head(nodeid: str) -> bool:
+    return _node(nodeid).startswith(SERIAL) and not _node(nodeid).startswith(OWN_RAY)
+
+
+def _serial_group(nodeid: str) -> str:
+    """The scope of SerialScheduling a test runs in; one group without xdist, where the
+    tests run in file order in one process."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return "all"
+    return "serial-second" if _node(nodeid).startswith(SERIAL_SECOND) else "serial"
+
+
+_LAST_JOINING: dict[str, str] = {}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    """Stop the shared head after the last test of its group that joins it (after the
+    fixtures' teardown, so module fixtures that drive it disconnect first)."""
+    result = yield
+    if _SHARED_HEAD.running:
+        if not _LAST_JOINING:  # session.items: every collected test, in the order they run
+            for each in item.session.items:
+                if _joins_shared_head(each.nodeid):
+                    _LAST_JOINING[_serial_group(each.nodeid)] = each.nodeid
+        if _LAST_JOINING.get(_serial_group(item.nodeid)) == item.nodeid or nextitem is None:
+            _SHARED_HEAD.stop()
+    return result
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    _SHARED_HEAD.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_ray_head() -> str:
+    """The address of this worker's shared head (``SharedRayHead``), starting it if it
+    is not running. Module-scoped: a head stopped after its group is not reused."""
+    return _SHARED_HEAD.address()
 
 
 @pytest.fixture(autouse=True)
@@ -176,9 +248,8 @@ def _serial_runs_join_the_shared_head(request: pytest.FixtureRequest, monkeypatc
     """``RAY_ADDRESS`` of the shared head for a SERIAL test (not OWN_RAY): the ``trinity
     run`` processes it starts join that cluster, as a run on a machine with a running
     cluster does."""
-    nodeid = request.node.nodeid.removeprefix("tests/")
-    if nodeid.startswith(SERIAL) and not nodeid.startswith(OWN_RAY):
-        monkeypatch.setenv("RAY_ADDRESS", request.getfixturevalue("shared_ray_head"))
+    if _joins_shared_head(request.node.nodeid):
+        monkeypatch.setenv("RAY_ADDRESS", _SHARED_HEAD.address())
 
 
 @pytest.fixture(scope="module")

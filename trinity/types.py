@@ -7,9 +7,10 @@ trainer needs. Tensors are 1-D and unbatched here; the trainer pads and stacks t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # a Task needs no torch: the driver reads tasks and rewards without it
+    import torch
 
 
 @dataclass
@@ -86,6 +87,8 @@ class Experience:
 
     def __post_init__(self) -> None:
         if self.action_mask is None:
+            import torch
+
             self.action_mask = torch.ones(self.response_length, dtype=torch.bool)
 
     @property

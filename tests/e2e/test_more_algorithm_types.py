@@ -233,9 +233,12 @@ def upstream_keys_stage(root: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def staged_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One ``trinity run`` of every type of RUN_TYPES and the upstream_keys stage; the
-    root of its jobs (``types/stages/<stage>``)."""
+def staged_run(
+    tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory, shared_ray_head: str
+) -> Path:
+    """One ``trinity run`` of every type of RUN_TYPES and the upstream_keys stage, on the
+    suite's shared Ray head (a module fixture runs before the tests' own
+    ``RAY_ADDRESS``); the root of its jobs (``types/stages/<stage>``)."""
     root = tmp_path_factory.mktemp("staged_run")
     # cpt (mode train) last: the first stage starts the explorer and the trainer side by
     # side, and a train-only stage in between would stop the explorer the next one needs
@@ -247,9 +250,14 @@ def staged_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -
         "run",
         "--config",
         str(path),
-        env={**os.environ, "TRINITY_TEACHER_PATH": str(tiny_model_dir)},
+        env={
+            **os.environ,
+            "TRINITY_TEACHER_PATH": str(tiny_model_dir),
+            "RAY_ADDRESS": shared_ray_head,
+        },
     )
     assert result.returncode == 0, result.stderr[-4000:]
+    assert "[trinity] ray: joined" in result.stderr
     return root
 
 

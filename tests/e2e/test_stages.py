@@ -10,6 +10,7 @@ under ``<checkpoint_root_dir>/<project>/``.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -28,9 +29,12 @@ def trainer_rows(job: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def staged_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def staged_run(
+    tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory, shared_ray_head: str
+) -> Path:
     """One ``trinity run`` of the example, shrunk to 2 quick steps a stage, with the
-    explore and train stages appended; the checkpoint root."""
+    explore and train stages appended, on the suite's shared Ray head (a module fixture
+    runs before the tests' own ``RAY_ADDRESS``); the checkpoint root."""
     root = tmp_path_factory.mktemp("stages")
     config = yaml.safe_load(EXAMPLE.read_text())
     config.update(name="stages", continue_from_checkpoint=True, checkpoint_root_dir=str(root))
@@ -58,8 +62,11 @@ def staged_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -
     ]
     path = root / "stages.yaml"
     path.write_text(yaml.safe_dump(config))
-    result = run_cli("run", "--config", str(path))
+    result = run_cli(
+        "run", "--config", str(path), env={**os.environ, "RAY_ADDRESS": shared_ray_head}
+    )
     assert result.returncode == 0, result.stderr[-4000:]
+    assert "[trinity] ray: joined" in result.stderr
     return root
 
 
