@@ -29,9 +29,11 @@ KERNEL_TESTS := tests/unit/kernels tests/unit/trainer/test_fused_layers.py \
 
 # two workers; the tests that start Ray or run a whole job run in turn, in two serial
 # groups (one on each worker)
-# (the scheduler in tests/conftest.py)
+# (the scheduler in tests/conftest.py). Python's bytecode cache stays on even where the
+# environment turns it off (PYTHONDONTWRITEBYTECODE, set in some images): the suite starts
+# about 150 Python processes, and each would compile every module of ours it imports
 test: $(STAMP)
-	$(VENV)/bin/pytest -q -n 2
+	env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/pytest -q -n 2
 
 # CI runs these too (.ci/run)
 test-kernel-paths: $(STAMP)
