@@ -31,7 +31,7 @@ KERNEL_TESTS := tests/unit/kernels tests/unit/trainer/test_fused_layers.py \
 # groups (one on each worker)
 # (the scheduler in tests/conftest.py). Python's bytecode cache stays on even where the
 # environment turns it off (PYTHONDONTWRITEBYTECODE, set in some images): the suite starts
-# about 150 Python processes, and each would compile every module of ours it imports
+# some 250 Python processes, and each would compile every module of ours it imports
 test: $(STAMP)
 	env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/pytest -q -n 2
 
