@@ -126,9 +126,12 @@ def stop_ray_node(proc: subprocess.Popen, timeout: float = 60) -> None:
 
 
 @contextmanager
-def ray_nodes(env: dict[str, str]) -> Iterator[Callable[..., subprocess.Popen]]:
+def ray_nodes(
+    env: dict[str, str], cwd: Path | None = None
+) -> Iterator[Callable[..., subprocess.Popen]]:
     """Yields ``start(*args)``, which runs ``ray start --block *args`` in a session of its
-    own; the nodes started stop in reverse order on exit (the head last)."""
+    own, in directory ``cwd`` (default: this process's), where its workers start too; the
+    nodes started stop in reverse order on exit (the head last)."""
     procs: list[subprocess.Popen] = []
 
     def start(*args: str, output: IO[str] | None = None) -> subprocess.Popen:
@@ -137,6 +140,7 @@ def ray_nodes(env: dict[str, str]) -> Iterator[Callable[..., subprocess.Popen]]:
             subprocess.Popen(
                 command,
                 env={**env, "PYTHONUNBUFFERED": "1"},
+                cwd=cwd,
                 stdout=output or subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,

@@ -29,16 +29,18 @@ from safetensors.torch import load_file
 
 
 @pytest.fixture(scope="module")
-def ray_head():
+def ray_head(tmp_path_factory: pytest.TempPathFactory):
     """A head node of our own (``ray start --head --block``), stopped by signalling it.
 
     ``ray stop`` would stop every Ray instance on the machine, including other runs. One
-    head serves the module's tests (each joins it from its own process).
+    head serves the module's tests (each joins it from its own process). Started in a
+    directory of its own, as a cluster a user started elsewhere: its workers start there,
+    not in the repository the runs start from.
     """
     from trinity.launch.cluster import running_cluster_address
 
     env = ray_environment()
-    with ray_nodes(env) as start:
+    with ray_nodes(env, cwd=tmp_path_factory.mktemp("ray_head_cwd")) as start:
         head, _ = start_ray_head(start, "--num-cpus", "2", "--include-dashboard", "false")
         wait_until(lambda: running_cluster_address() is not None, [head], "the Ray head", 120)
         yield env

@@ -138,7 +138,26 @@ def test_worker_env_adds_only_what_the_driver_environment_leaves_unset(
     for key, value in environment.items():
         monkeypatch.setenv(key, value)
     got = process_policy.worker_env(started_here=started_here, overlapping=overlapping)
-    assert got == expected
+    assert got == {**expected, "TRINITY_DRIVER_DIR": os.getcwd()}
+
+
+def test_a_worker_enters_the_driver_directory_where_it_exists(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    driver, worker = tmp_path / "driver", tmp_path / "worker"
+    driver.mkdir()
+    worker.mkdir()
+    monkeypatch.chdir(worker)
+    monkeypatch.setenv("TRINITY_DRIVER_DIR", str(driver))
+    process_policy.enter_driver_directory()
+    assert os.getcwd() == str(driver)
+    # a node without that directory: the worker stays where it is and says so
+    monkeypatch.chdir(worker)
+    monkeypatch.setenv("TRINITY_DRIVER_DIR", str(tmp_path / "elsewhere"))
+    with caplog.at_level("WARNING", logger="trinity.launch"):
+        process_policy.enter_driver_directory()
+    assert os.getcwd() == str(worker)
+    assert "is not on this node" in caplog.text
 
 
 def test_scoped_environment_restores_what_was_there(monkeypatch: pytest.MonkeyPatch) -> None:

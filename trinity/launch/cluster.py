@@ -143,9 +143,10 @@ def connect(ray_address: str | None, namespace: str, overlapping: bool = False) 
         # "auto" (not the address itself) lets Ray pick up the local session's settings
         address = "auto" if running else ""
     started_here = not address
-    env = process_policy.worker_env(started_here=started_here, overlapping=overlapping)
-    if env:
-        common["runtime_env"] = {"env_vars": env}
+    common["runtime_env"] = {
+        "env_vars": process_policy.worker_env(started_here=started_here, overlapping=overlapping),
+        "worker_process_setup_hook": process_policy.SETUP_HOOK,
+    }
     if started_here:
         os.environ.pop("RAY_ADDRESS", None)  # else ray.init would look for that cluster
         # "local": a new instance even when a stale /tmp/ray/ray_current_cluster names a dead one

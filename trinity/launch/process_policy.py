@@ -18,8 +18,14 @@ processes:
 - The trainer's heap policy (``trainer.keep_memory_between_steps``,
   ``trinity.utils.memory``), applied by the trainer's actors.
 - ``explorer.env_vars``: the explorer's and its engines' actors start with them.
+- The driver's working directory (``TRINITY_DRIVER_DIR``): every worker of the run enters
+  it as it starts (:func:`enter_driver_directory`, the job's
+  ``worker_process_setup_hook``), so relative paths of the config (the default
+  ``./checkpoints``, a taskset, an SQLite file) name the same files in the actors as in
+  the driver. Workers start in the directory of their raylet: on a cluster started with
+  ``ray start`` elsewhere, not the driver's.
 
-A variable already set in the driver's environment always wins.
+A variable already set in the driver's environment always wins (but the directory).
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ from collections.abc import Iterator
 
 THP = "THP_MEM_ALLOC_ENABLE"
 OMP_WAIT_POLICY = "OMP_WAIT_POLICY"
+DRIVER_DIR = "TRINITY_DRIVER_DIR"
+SETUP_HOOK = "trinity.launch.process_policy.enter_driver_directory"
 _DRIVER = {THP: "1", "RAY_DEDUP_LOGS": "0"}
 
 
@@ -50,7 +58,26 @@ def worker_env(*, started_here: bool, overlapping: bool) -> dict[str, str]:
     env = {THP: "1"}
     if started_here and overlapping:
         env[OMP_WAIT_POLICY] = "PASSIVE"
-    return _unset(env)
+    return {**_unset(env), DRIVER_DIR: os.getcwd()}
+
+
+def enter_driver_directory() -> None:
+    """Ray's ``worker_process_setup_hook`` of a run: this worker moves into the driver's
+    working directory, where it exists on this node (else it stays, saying so once)."""
+    directory = os.environ.get(DRIVER_DIR)
+    if not directory or os.path.realpath(directory) == os.path.realpath(os.getcwd()):
+        return
+    if os.path.isdir(directory):
+        os.chdir(directory)
+    else:
+        import logging
+
+        logging.getLogger("trinity.launch").warning(
+            "the driver's directory %s is not on this node: relative paths of the config "
+            "are read from %s here",
+            directory,
+            os.getcwd(),
+        )
 
 
 def system_config() -> dict[str, int]:
