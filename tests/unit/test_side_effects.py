@@ -17,9 +17,11 @@ from trinity.launch import process_policy
 
 REPO = Path(__file__).resolve().parents[2]
 
-# argv (optional): a model dir, a scratch dir and the trainer tests' helpers, to build a
-# bf16 Trainer. The environment is compared with what it was once the dependencies were
-# imported (importing transformers' models sets TORCHINDUCTOR_CACHE_DIR, say).
+# argv: a model dir, a scratch dir and the trainer tests' helpers, to build a bf16 Trainer
+# after the imports. The environment is compared with what it was once the dependencies
+# were imported (importing transformers' models sets TORCHINDUCTOR_CACHE_DIR, say). One
+# line of JSON after the imports, one after building the trainer: one interpreter for
+# both, as each costs a fresh import of torch and transformers.
 _PROBE = """
 import importlib, json, os, sys
 from transformers.models.llama import modeling_llama
@@ -31,6 +33,17 @@ def transformers_state():
         {n: id(v) for n, v in vars(modeling_llama).items()},
         {n: id(vars(c).get("forward")) for n, c in classes.items()},
     )
+
+def state(**more):
+    from trinity.utils import memory, threads
+    return json.dumps({
+        "env_added": sorted(set(os.environ) - set(env)),
+        "env_changed": sorted(k for k in env if os.environ.get(k) != env[k]),
+        "transformers_unchanged": transformers_state() == before,
+        "heap_policy": memory.keeps_freed_memory(),
+        "torch_thread": threads._pool is not None,
+        **more,
+    })
 
 before = transformers_state()
 names = ["trinity", "trinity.algorithm", "trinity.buffer", "trinity.trainer", "trinity.models",
@@ -44,25 +57,14 @@ for name in names:
         importlib.import_module(name)
     except ImportError as exc:  # an optional stack that is not installed
         skipped.append(f"{name}: {exc}")
-built = False
-if len(sys.argv) > 1:
-    sys.path.insert(0, sys.argv[3])
-    from trainer_testing import make_config
-    from trinity.trainer.trainer import Trainer
-    from pathlib import Path
-    config = make_config(Path(sys.argv[1]), Path(sys.argv[2]), model={"dtype": "bfloat16"})
-    Trainer(config, model_dir=sys.argv[1], total_steps=1)
-    built = True
-from trinity.utils import memory, threads
-print(json.dumps({
-    "env_added": sorted(set(os.environ) - set(env)),
-    "env_changed": sorted(k for k in env if os.environ.get(k) != env[k]),
-    "transformers_unchanged": transformers_state() == before,
-    "heap_policy": memory.keeps_freed_memory(),
-    "torch_thread": threads._pool is not None,
-    "built_trainer": built,
-    "skipped": skipped,
-}))
+print(state(skipped=skipped))
+sys.path.insert(0, sys.argv[3])
+from trainer_testing import make_config
+from trinity.trainer.trainer import Trainer
+from pathlib import Path
+config = make_config(Path(sys.argv[1]), Path(sys.argv[2]), model={"dtype": "bfloat16"})
+Trainer(config, model_dir=sys.argv[1], total_steps=1)
+print(state(built_trainer=True))
 """
 
 
@@ -75,13 +77,13 @@ _RUN_VARIABLES = (
 )
 
 
-def _probe(*args: str) -> dict:
+def _probe(*args: str) -> list[dict]:
     env = {k: v for k, v in os.environ.items() if k not in _RUN_VARIABLES}
     out = subprocess.run(
         [sys.executable, "-c", _PROBE, *args], cwd=REPO, env=env, capture_output=True, text=True
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return [json.loads(line) for line in out.stdout.strip().splitlines() if line.startswith("{")]
 
 
 def _assert_untouched(result: dict) -> None:
@@ -91,19 +93,17 @@ def _assert_untouched(result: dict) -> None:
     assert result["torch_thread"] is False
 
 
-def test_importing_trinity_changes_nothing_process_wide() -> None:
-    result = _probe()
-    assert result["skipped"] == [], result["skipped"]
-    _assert_untouched(result)
-
-
-def test_building_a_trainer_in_ones_own_program_changes_nothing_process_wide(
+def test_importing_trinity_and_building_a_trainer_change_nothing_process_wide(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     helpers = REPO / "tests" / "unit" / "trainer"
-    result = _probe(str(tiny_model_dir), str(tmp_path), str(helpers))
-    assert result["built_trainer"]
-    _assert_untouched(result)
+    imported, built = _probe(str(tiny_model_dir), str(tmp_path), str(helpers))
+    # a fresh interpreter that imports trinity (trinity.algorithm, trinity.buffer, ...)
+    assert imported["skipped"] == [], imported["skipped"]
+    _assert_untouched(imported)
+    # then builds a Trainer in its own program
+    assert built["built_trainer"]
+    _assert_untouched(built)
 
 
 def test_the_driver_policy_keeps_what_the_environment_sets(
