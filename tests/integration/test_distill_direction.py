@@ -35,7 +35,8 @@ JSD's summand on the sampled token, beta p^t log(p^t / m) + (1 - beta) p^s log(p
 as the advantage: near 0 when both probabilities are small, as over this 49k vocabulary,
 and not a gradient of the divergence; on this setup its JSD rose 0.314 -> 0.332 and its
 KL 1.853 -> 2.010. On on_policy_distill's right-sign run, steps 3-6 varied between runs
-(1.605 1.700 1.599 1.617 in another, drop +0.245).
+(1.605 1.700 1.599 1.617 in another, drop +0.245; five more runs dropped by
++0.174 to +0.264).
 
     .venv/bin/pytest -q -n 0 tests/integration/test_distill_direction.py
 """
@@ -96,13 +97,23 @@ class Flipped:
 def exact_divergences(student, teacher, experiences) -> tuple[float, float]:
     """Means over response positions of KL(student || teacher) and of the generalised
     JSD (``BETA``) of the next-token distributions at ``TEMPERATURE``, the full
-    vocabulary summed."""
+    vocabulary summed. Rows of one length and prompt length go through the models as
+    one batch (no padding, so each row's logits are its own)."""
+    groups: dict[tuple[int, int], list] = {}
+    for exp in experiences:
+        groups.setdefault((exp.tokens.numel(), exp.prompt_length), []).append(exp)
     kl_total, jsd_total, count = 0.0, 0.0, 0
     with torch.no_grad():
-        for exp in experiences:
-            ids, p = exp.tokens[None], exp.prompt_length
-            ls = torch.log_softmax(student(ids).logits[0, p - 1 : -1] / TEMPERATURE, -1)
-            lt = torch.log_softmax(teacher(ids).logits[0, p - 1 : -1] / TEMPERATURE, -1)
+        for (_, p), rows in groups.items():
+            ids = torch.stack([exp.tokens for exp in rows])
+            # the logits of the response positions only (keep: from position p - 1 on)
+            keep = ids.shape[1] - p + 1
+            ls = torch.log_softmax(
+                student(ids, logits_to_keep=keep).logits[:, :-1] / TEMPERATURE, -1
+            )
+            lt = torch.log_softmax(
+                teacher(ids, logits_to_keep=keep).logits[:, :-1] / TEMPERATURE, -1
+            )
             lm = torch.logsumexp(torch.stack([lt + math.log(BETA), ls + math.log(1 - BETA)]), 0)
             kl = (ls.exp() * (ls - lt)).sum(-1)
             jsd = BETA * (lt.exp() * (lt - lm)).sum(-1) + (1 - BETA) * (ls.exp() * (ls - lm)).sum(
