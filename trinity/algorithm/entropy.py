@@ -13,22 +13,19 @@ entropy loss the mask of the rollout rows, so there both agree; ``mix`` also dro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss
 from trinity.algorithm.registries import ENTROPY_LOSS_FN
 from trinity.algorithm.utils import masked_mean
+from trinity.config.part_args.entropy import EntropyLossArgs, NoEntropyLossArgs
 
 
 @ENTROPY_LOSS_FN.register("default")
 class EntropyLoss:
     """loss = -entropy_coef * aggregate(entropy)."""
 
-    @dataclass
-    class Args:
-        entropy_coef: float = 0.0  # weight of the entropy bonus
+    Args = EntropyLossArgs
 
     def __init__(self, args: Args | None = None) -> None:
         self.args = args if args is not None else self.Args()
@@ -80,9 +77,7 @@ class MixEntropyLoss(EntropyLoss):
 class NoEntropyLoss:
     """No entropy term; still reports the mean entropy for monitoring."""
 
-    @dataclass
-    class Args:
-        pass
+    Args = NoEntropyLossArgs
 
     def __init__(self, args: Args | None = None) -> None:
         self.args = args if args is not None else self.Args()

@@ -23,25 +23,19 @@ estimators of KL(pi || pi_ref) (Schulman, "Approximating KL divergence", 2020) a
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 
 import torch
 
 from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss
 from trinity.algorithm.registries import KL_FN
 from trinity.algorithm.utils import masked_sum
+from trinity.config.part_args.kl import KLFnArgs
 
 
 class KLFn(ABC):
     """Base of the KL estimators: subclasses implement ``estimate``."""
 
-    @dataclass
-    class Args:
-        kl_coef: float = 0.001  # weight of the KL term
-
-        def __post_init__(self) -> None:
-            if self.kl_coef < 0:
-                raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef}")
+    Args = KLFnArgs
 
     uses_reference: bool = True  # False only for "none": no reference forward needed
 

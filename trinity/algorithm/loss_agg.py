@@ -34,25 +34,12 @@ from dataclasses import dataclass
 
 import torch
 
-LOSS_AGG_MODES = (
-    "token-mean",
-    "seq-mean-token-sum",
-    "seq-mean-token-mean",
-    "seq-mean-token-sum-norm",
+# the mode names live with the losses' Args, which validation checks without torch
+from trinity.config.part_args.loss_agg_modes import (  # noqa: F401  (re-exported)
+    LOSS_AGG_MODES,
+    UnknownLossAggModeError,
+    check_loss_agg_mode,
 )
-
-
-class UnknownLossAggModeError(ValueError):
-    """``loss_agg_mode`` is not one of ``LOSS_AGG_MODES``."""
-
-
-def check_loss_agg_mode(mode: str) -> str:
-    """Return ``mode`` if it is a known aggregation mode, else raise naming the valid ones."""
-    if mode not in LOSS_AGG_MODES:
-        raise UnknownLossAggModeError(
-            f"unknown loss_agg_mode {mode!r}; valid: {', '.join(LOSS_AGG_MODES)}"
-        )
-    return mode
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,15 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Protocol
 
 from trinity.algorithm.registries import SAMPLE_STRATEGY
+from trinity.config.part_args.sample_strategy import (
+    DefaultSampleStrategyArgs,
+    MixSampleStrategyArgs,
+    StalenessControlSampleStrategyArgs,
+    StalenessLimitSampleStrategyArgs,
+)
 from trinity.types import Experience
 
 logger = logging.getLogger(__name__)
@@ -35,9 +40,7 @@ class ExperienceSource(Protocol):
 class DefaultSampleStrategy:
     """The first ``train_batch_size`` experiences, as read."""
 
-    @dataclass
-    class Args:
-        pass
+    Args = DefaultSampleStrategyArgs
 
     def __init__(self, args: Args | None = None) -> None:
         self.args = args if args is not None else self.Args()
@@ -69,13 +72,7 @@ class WarmupSampleStrategy(DefaultSampleStrategy):
 class StalenessControlSampleStrategy:
     """Drops experiences with ``model_version < model_version_now - max_staleness``."""
 
-    @dataclass
-    class Args:
-        max_staleness: int | None = None  # policy versions an experience may lag; None: any
-
-        def __post_init__(self) -> None:
-            if self.max_staleness is not None and self.max_staleness < 0:
-                raise ValueError(f"max_staleness must be >= 0, got {self.max_staleness}")
+    Args = StalenessControlSampleStrategyArgs
 
     def __init__(self, args: Args | None = None) -> None:
         self.args = args if args is not None else self.Args()
@@ -103,9 +100,7 @@ class StalenessControlSampleStrategy:
 class StalenessLimitSampleStrategy(StalenessControlSampleStrategy):
     """``staleness_control`` with ``max_staleness`` 1 unless given (the older name)."""
 
-    @dataclass
-    class Args(StalenessControlSampleStrategy.Args):
-        max_staleness: int | None = 1  # policy versions an experience may lag; None: any
+    Args = StalenessLimitSampleStrategyArgs
 
 
 @SAMPLE_STRATEGY.register("mix")
@@ -116,14 +111,7 @@ class MixSampleStrategy:
     flagged ``info["is_expert"] = True``; they follow the rollouts in the batch.
     """
 
-    @dataclass
-    class Args:
-        expert_data_ratio: float = 0.5  # expert rows per rollout in a train step
-        sft_dataset_name: str = "sft_dataset"  # key of the expert data in auxiliary_buffers
-
-        def __post_init__(self) -> None:
-            if self.expert_data_ratio < 0:
-                raise ValueError(f"expert_data_ratio must be >= 0, got {self.expert_data_ratio}")
+    Args = MixSampleStrategyArgs
 
     def __init__(self, args: Args | None = None) -> None:
         self.args = args if args is not None else self.Args()

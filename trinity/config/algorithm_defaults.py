@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trinity.config.errors import ConfigError, closest
+from trinity.config.part_args.builtin import BUILTIN_PART_ARGS
 
 if TYPE_CHECKING:
     from trinity.config.schema import Config
@@ -109,56 +110,11 @@ PART_NAMES = (
 )
 
 
-# The parts trinity.algorithm registers, by the names the config uses (a test checks this
-# list against the registries). Config validation reads it to accept a built-in name
+# The parts trinity.algorithm registers, by the names the config uses (a test checks the
+# table against the registries). Config validation reads it to accept a built-in name
 # without importing the algorithm package, and with it torch, in the driver.
 BUILTIN_PART_NAMES: dict[str, frozenset[str]] = {
-    "advantage_fn": frozenset(
-        {
-            "asymre",
-            "asymre_verl",
-            "clipb",
-            "clipv",
-            "gigpo",
-            "grpo",
-            "grpo_verl",
-            "jsd",
-            "on_policy_distill",
-            "opmd",
-            "opmd_verl",
-            "ppo",
-            "rec",
-            "reinforce",
-            "reinforceplusplus",
-            "remax",
-            "rloo",
-            "step_wise_grpo",
-        }
-    ),
-    "policy_loss_fn": frozenset(
-        {
-            "cispo",
-            "dpo",
-            "gspo",
-            "importance_sampling",
-            "mix",
-            "mix_chord",
-            "opmd",
-            "ppo",
-            "rec",
-            "sapo",
-            "sft",
-            "sft_is",
-            "sft_phi",
-            "sppo",
-            "topr",
-        }
-    ),
-    "kl_fn": frozenset({"none", "k1", "k2", "k3", "low_var_kl", "abs", "corrected_k3"}),
-    "entropy_loss_fn": frozenset({"default", "mix", "none"}),
-    "sample_strategy": frozenset(
-        {"default", "staleness_control", "staleness_limit", "mix", "warmup"}
-    ),
+    kind: frozenset(parts) for kind, parts in BUILTIN_PART_ARGS.items()
 }
 # the registry (kind) each part name of the config is looked up in
 PART_KINDS = {

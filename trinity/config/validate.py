@@ -23,6 +23,7 @@ from trinity.config.algorithm_defaults import (
 )
 from trinity.config.device_plan import device_plan
 from trinity.config.errors import ConfigError, closest
+from trinity.config.part_args import BUILTIN_PART_ARGS, InvalidArgsError, build_args
 from trinity.config.resolve import check_trainer_config_source
 from trinity.config.schema import (
     LOG_LEVELS,
@@ -144,18 +145,23 @@ def _check_optimizer(path: str, opt: OptimizerConfig) -> None:
 def _check_part_names(cfg: Config) -> None:
     """Part names must be registered and their ``*_args`` fit the part's ``Args``.
 
-    Checked once the algorithm package has registered parts; a registry that is still
-    empty is not checked. A config naming only built-in parts, with no ``*_args``, is
-    checked against BUILTIN_PART_NAMES without importing the package (and torch).
+    A config naming only built-in parts is checked against BUILTIN_PART_ARGS without
+    importing the algorithm package (and torch). Any other name (a plugin's part, a
+    dotted path, a typo) is looked up in the registries, once the package has registered
+    its parts; a registry that is still empty is not checked.
     """
     if "trinity.algorithm" not in sys.modules and all(
-        _builtin_part_without_args(cfg, part) for part in PART_NAMES
+        _names_builtin_part(cfg, part) for part in PART_NAMES
     ):
+        for part in PART_NAMES:
+            name = getattr(cfg.algorithm, part)
+            parts = BUILTIN_PART_ARGS[PART_KINDS[part]]
+            if name in parts:  # not None, nor "none" where that is no registered part
+                _check_part_args(cfg, part, name, parts[name])
         return
     try:
         import trinity.algorithm  # noqa: F401  (importing it registers the parts)
         from trinity.algorithm import registries
-        from trinity.algorithm.args import InvalidArgsError, build_args
     except ImportError:
         return
     by_part = {
@@ -180,27 +186,29 @@ def _check_part_names(cfg: Config) -> None:
                 valid="registered: " + ", ".join(sorted({NONE, *registry.names()})),
                 suggestion=None if "." in name else closest(name, registry.names()),
             ) from exc
-        args_cls = getattr(part_cls, "Args", None)
-        given = getattr(cfg.algorithm, f"{part}_args")
-        if args_cls is None or not given:
-            continue
-        try:
-            build_args(args_cls, given, owner=f"{part} '{name}'")
-        except InvalidArgsError as exc:
-            names = ", ".join(f.name for f in dataclasses.fields(args_cls)) or "(none)"
-            raise ConfigError(
-                f"algorithm.{part}_args",
-                str(exc),
-                value=given,
-                valid=f"arguments of {part} '{name}': {names}",
-            ) from exc
+        _check_part_args(cfg, part, name, getattr(part_cls, "Args", None))
 
 
-def _builtin_part_without_args(cfg: Config, part: str) -> bool:
+def _names_builtin_part(cfg: Config, part: str) -> bool:
     name = getattr(cfg.algorithm, part)
-    if getattr(cfg.algorithm, f"{part}_args"):
-        return False
     return name is None or name == NONE or name in BUILTIN_PART_NAMES[PART_KINDS[part]]
+
+
+def _check_part_args(cfg: Config, part: str, name: str, args_cls: type | None) -> None:
+    """``algorithm.<part>_args`` must build the ``Args`` of the part named ``name``."""
+    given = getattr(cfg.algorithm, f"{part}_args")
+    if args_cls is None or not given:
+        return
+    try:
+        build_args(args_cls, given, owner=f"{part} '{name}'")
+    except InvalidArgsError as exc:
+        names = ", ".join(f.name for f in dataclasses.fields(args_cls)) or "(none)"
+        raise ConfigError(
+            f"algorithm.{part}_args",
+            str(exc),
+            value=given,
+            valid=f"arguments of {part} '{name}': {names}",
+        ) from exc
 
 
 def _check_model(cfg: Config) -> None:

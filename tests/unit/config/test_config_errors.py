@@ -317,24 +317,40 @@ def test_misspelt_part_argument(minimal: dict[str, Any]) -> None:
     assert "kl_coef" in str(info.value)
 
 
-def test_builtin_part_names_are_what_the_registries_hold() -> None:
+def _builtin_parts() -> dict[Any, set[str]]:
+    """Each registry of the algorithm's parts and the names it holds of built-in parts."""
     from trinity.algorithm import registries
-    from trinity.config.algorithm_defaults import BUILTIN_PART_NAMES
+    from trinity.config.algorithm_defaults import PART_KINDS
+    from trinity.utils.registry import Registry
 
-    for registry in (
-        registries.ADVANTAGE_FN,
-        registries.POLICY_LOSS_FN,
-        registries.KL_FN,
-        registries.ENTROPY_LOSS_FN,
-        registries.SAMPLE_STRATEGY,
-    ):
-        # plugins loaded by other tests may have added parts of their own modules
-        builtin = {
+    kinds = set(PART_KINDS.values())
+    return {
+        registry: {
+            # plugins loaded by other tests may have added parts of their own modules
             name
             for name in registry.names()
             if registry.get(name).__module__.startswith("trinity.algorithm")
         }
+        for registry in vars(registries).values()
+        if isinstance(registry, Registry) and registry.kind in kinds
+    }
+
+
+def test_builtin_part_names_are_what_the_registries_hold() -> None:
+    from trinity.config.algorithm_defaults import BUILTIN_PART_NAMES
+
+    for registry, builtin in _builtin_parts().items():
         assert builtin == BUILTIN_PART_NAMES[registry.kind], registry.kind
+
+
+def test_builtin_part_args_are_the_parts_own_args() -> None:
+    from trinity.config.part_args import BUILTIN_PART_ARGS
+
+    for registry, builtin in _builtin_parts().items():
+        table = BUILTIN_PART_ARGS[registry.kind]
+        for name in builtin | set(table):
+            part_args = getattr(registry.get(name), "Args", None)
+            assert part_args is table.get(name, "missing"), (registry.kind, name)
 
 
 VALIDATE_IN_A_FRESH_INTERPRETER = """
@@ -351,27 +367,58 @@ print("torch imported:", "torch" in sys.modules)
 """
 
 
+def validate_in_a_fresh_interpreter(config: dict[str, Any]) -> str:
+    """What VALIDATE_IN_A_FRESH_INTERPRETER prints for ``config``."""
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-c", VALIDATE_IN_A_FRESH_INTERPRETER.format(config=config)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+
 @pytest.mark.parametrize(
     ("change", "expect_valid", "expect_torch"),
     [
         ({}, True, False),  # built-in parts: no import of the algorithm package
         ({"algorithm.advantage_fn": "grpo_typo"}, False, True),  # checked against the registry
-        ({"algorithm.kl_loss_fn_args": {"kl_cof": 0.1}}, False, True),  # arguments are built
+        # a part given by a dotted path, as a plugin's would be, is looked up in the registry
+        (
+            {"algorithm.policy_loss_fn": "trinity.algorithm.policy_loss.ppo.PPOPolicyLoss"},
+            True,
+            True,
+        ),
+        # built-in parts' arguments are built from the torch-free Args
+        ({"algorithm.kl_loss_fn_args": {"kl_cof": 0.1}}, False, False),
+        ({"algorithm.policy_loss_fn_args": {"clip_range": 0.3}}, True, False),
     ],
 )
 def test_validation_imports_torch_only_when_a_part_needs_it(
     minimal: dict[str, Any], change: dict[str, Any], expect_valid: bool, expect_torch: bool
 ) -> None:
-    import subprocess
-    import sys
-
     for key, value in change.items():
         put(minimal, key, value)
-    out = subprocess.run(
-        [sys.executable, "-c", VALIDATE_IN_A_FRESH_INTERPRETER.format(config=minimal)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    out = validate_in_a_fresh_interpreter(minimal)
     assert out.startswith("valid") == expect_valid, out
     assert f"torch imported: {expect_torch}" in out, out
+
+
+@pytest.mark.parametrize(
+    "args",
+    [{"kl_cof": 0.1}, {"kl_coef": "high"}, {"kl_coef": -1.0}],
+    ids=["unknown name", "wrong type", "out of range"],
+)
+def test_builtin_part_args_fail_as_they_do_against_the_registry(
+    minimal: dict[str, Any], args: dict[str, Any]
+) -> None:
+    """Checked without torch, a built-in part's arguments fail with the registry's error."""
+    import trinity.algorithm  # noqa: F401  (this process checks against the registries)
+
+    put(minimal, "algorithm.kl_loss_fn_args", args)
+    with pytest.raises(ConfigError) as info:
+        check(minimal)
+    out = validate_in_a_fresh_interpreter(minimal)
+    assert out.splitlines() == [f"ConfigError {info.value}", "torch imported: False"], out

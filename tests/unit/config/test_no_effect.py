@@ -91,10 +91,6 @@ NAME_READ_FOR_SOMETHING_ELSE = {
     "trainer.trainer_config.actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": (
         "trainer/trainer.py"
     ),
-    # the mix losses' argument of that name (NO_EFFECT_ARGS)
-    "trainer.trainer_config.actor_rollout_ref.actor.ppo_mini_batch_size": (
-        "algorithm/policy_loss/mix.py"
-    ),
     # the critic's own optimizer
     "algorithm.optimizer.total_training_steps": "trainer/critic.py",
     "trainer.trainer_config.actor_rollout_ref.actor.optim.total_training_steps": (

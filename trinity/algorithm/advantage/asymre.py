@@ -13,8 +13,6 @@ keeps off-policy training stable. A group of one gets advantage 0. Returns = A.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from trinity.algorithm.advantage.base import (
@@ -25,11 +23,7 @@ from trinity.algorithm.advantage.base import (
     verl_group_stats,
 )
 from trinity.algorithm.registries import ADVANTAGE_FN
-
-
-@dataclass
-class AsymREArgs:
-    baseline_shift: float = -0.1  # added to the group mean to form the baseline
+from trinity.config.part_args.advantage import AsymREArgs
 
 
 @ADVANTAGE_FN.register("asymre")

@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from trinity.config.part_args.advantage import AdvantageFnArgs
+
 
 class MissingInputError(ValueError):
     """An algorithm part was called without an input it needs (e.g. values for GAE)."""
@@ -77,9 +79,7 @@ class AdvantageInputs:
 class AdvantageFn(ABC):
     """Base of the registered advantage functions; subclasses set ``Args``."""
 
-    @dataclass
-    class Args:
-        pass
+    Args = AdvantageFnArgs
 
     def __init__(self, args: Any = None) -> None:
         self.args = args if args is not None else self.Args()

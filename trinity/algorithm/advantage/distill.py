@@ -38,12 +38,12 @@ Returns = A for both.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
 from trinity.algorithm.advantage.base import AdvantageFn, AdvantageInputs, require
 from trinity.algorithm.registries import ADVANTAGE_FN
+from trinity.config.part_args.advantage import JSDAdvantageArgs, OnPolicyDistillAdvantageArgs
 
 
 def student_and_teacher(inputs: AdvantageInputs, owner: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -63,9 +63,7 @@ def student_and_teacher(inputs: AdvantageInputs, owner: str) -> tuple[torch.Tens
 class OnPolicyDistillAdvantage(AdvantageFn):
     """Teacher minus student log-prob on every valid token."""
 
-    @dataclass
-    class Args:
-        kl_coef: float = 1.0  # scale of the advantages
+    Args = OnPolicyDistillAdvantageArgs
 
     def compute(self, inputs: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
         student, teacher = student_and_teacher(inputs, "on_policy_distill")
@@ -88,14 +86,7 @@ def jsd_cost(student: torch.Tensor, teacher: torch.Tensor, beta: float) -> torch
 class JSDAdvantage(AdvantageFn):
     """Minus the generalised JSD's derivative in the student's sampled-token probability."""
 
-    @dataclass
-    class Args:
-        lambda_coef: float = 0.5  # beta: the teacher's weight in the mixture
-        kl_coef: float = 1.0  # scale of the advantages
-
-        def __post_init__(self) -> None:
-            if not 0.0 <= self.lambda_coef <= 1.0:
-                raise ValueError(f"lambda_coef must be in [0, 1], got {self.lambda_coef}")
+    Args = JSDAdvantageArgs
 
     def compute(self, inputs: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
         student, teacher = student_and_teacher(inputs, "jsd")

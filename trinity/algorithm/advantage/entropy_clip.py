@@ -26,14 +26,13 @@ batch with advantage 0 (no policy gradient, still counted by token-mean aggregat
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from trinity.algorithm.advantage.base import AdvantageFn, AdvantageInputs, broadcast, require
 from trinity.algorithm.advantage.grpo import verl_grpo_scores
 from trinity.algorithm.registries import ADVANTAGE_FN
 from trinity.algorithm.utils import masked_mean, masked_var
+from trinity.config.part_args.advantage import ClipBAdvantageArgs, ClipVAdvantageArgs
 
 NO_SPREAD = 1e-12  # below this std the discriminant carries no signal: clip nothing
 
@@ -57,14 +56,7 @@ def population_std(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 class ClipBAdvantage(AdvantageFn):
     """GRPO, with batch-normalised entropy clipping of negative-advantage tokens."""
 
-    @dataclass
-    class Args:
-        epsilon: float = 1e-6  # added to the group std of GRPO
-        mu: float = 2.5  # clip below mean(S) - mu * std(S)
-
-        def __post_init__(self) -> None:
-            if self.mu < 0:
-                raise ValueError(f"mu must be >= 0, got {self.mu}")
+    Args = ClipBAdvantageArgs
 
     def compute(self, inputs: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
         mask = inputs.mask
@@ -81,17 +73,7 @@ class ClipBAdvantage(AdvantageFn):
 class ClipVAdvantage(AdvantageFn):
     """GRPO, with vocabulary-normalised entropy clipping of a few negative tokens."""
 
-    @dataclass
-    class Args:
-        epsilon: float = 1e-6  # added to the group std of GRPO
-        mu: float = 8.5  # clip where N - S > mu * std(N - S)
-        max_frac: float = 1e-4  # at most this fraction of valid tokens (at least 1)
-
-        def __post_init__(self) -> None:
-            if self.mu < 0:
-                raise ValueError(f"mu must be >= 0, got {self.mu}")
-            if not 0.0 <= self.max_frac <= 1.0:
-                raise ValueError(f"max_frac must be in [0, 1], got {self.max_frac}")
+    Args = ClipVAdvantageArgs
 
     def compute(self, inputs: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
         mask = inputs.mask

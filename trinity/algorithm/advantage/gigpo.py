@@ -22,9 +22,6 @@ tokens; returns = A.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
 import torch
 
 from trinity.algorithm.advantage.base import (
@@ -37,6 +34,7 @@ from trinity.algorithm.advantage.base import (
 )
 from trinity.algorithm.advantage.multi_step import Trajectories
 from trinity.algorithm.registries import ADVANTAGE_FN
+from trinity.config.part_args.advantage import GiGPOAdvantageArgs
 
 
 def discounted_step_returns(
@@ -68,20 +66,7 @@ def normalised(
 class GiGPOAdvantage(AdvantageFn):
     """Episode-level group advantage plus anchor-state step-level advantage."""
 
-    @dataclass
-    class Args:
-        omega: float = 1.0  # weight of the step-level advantage
-        gamma: float = 1.0  # discount per step of the step-level returns
-        fnorm: Literal["std", "none"] = "none"  # divide by the group's std, or by 1
-        epsilon: float = 1e-6  # added to the std (fnorm: std)
-
-        def __post_init__(self) -> None:
-            if not 0.0 <= self.gamma <= 1.0:
-                raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
-            if self.fnorm not in ("std", "none"):
-                raise ValueError(f"fnorm must be 'std' or 'none', got {self.fnorm!r}")
-            if self.epsilon < 0:
-                raise ValueError(f"epsilon must be >= 0, got {self.epsilon}")
+    Args = GiGPOAdvantageArgs
 
     def compute(self, inputs: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
         args = self.args

@@ -27,9 +27,6 @@ a group of one has mean 0 and std 1, so it keeps its raw reward r / (1 + epsilon
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
 import torch
 
 from trinity.algorithm.advantage.base import (
@@ -44,6 +41,7 @@ from trinity.algorithm.advantage.base import (
 )
 from trinity.algorithm.registries import ADVANTAGE_FN
 from trinity.algorithm.utils import masked_mean
+from trinity.config.part_args.advantage import GRPOAdvantageArgs, GRPOVerlAdvantageArgs
 
 
 def unlikeliness_rewards(
@@ -71,23 +69,7 @@ def batch_std(scores: torch.Tensor) -> torch.Tensor:
 class GRPOAdvantage(AdvantageFn):
     """Group-normalised outcome advantage."""
 
-    @dataclass
-    class Args:
-        std_normalize: bool = True  # divide by the group's standard deviation
-        epsilon: float = 1e-6  # added to the std so identical rewards give 0, not NaN
-        std_threshold: float | None = None  # groups with reward std <= this get 0
-        rank_penalty: float | None = None  # scale rewards by 1 - beta * rank / N
-        std_cal_level: Literal["group", "batch"] = "group"  # std of the group or batch
-
-        def __post_init__(self) -> None:
-            if self.epsilon < 0:
-                raise ValueError(f"epsilon must be >= 0, got {self.epsilon}")
-            if self.rank_penalty is not None and self.rank_penalty < 0:
-                raise ValueError(f"rank_penalty must be >= 0, got {self.rank_penalty}")
-            if self.std_cal_level not in ("group", "batch"):
-                raise ValueError(
-                    f"std_cal_level must be 'group' or 'batch', got {self.std_cal_level!r}"
-                )
+    Args = GRPOAdvantageArgs
 
     def compute(self, inputs: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
         args = self.args
@@ -111,13 +93,7 @@ class GRPOAdvantage(AdvantageFn):
 class GRPOVerlAdvantage(AdvantageFn):
     """GRPO as verl computes it: a group of one keeps its raw reward."""
 
-    @dataclass
-    class Args:
-        epsilon: float = 1e-6  # added to the std so identical rewards give 0, not NaN
-
-        def __post_init__(self) -> None:
-            if self.epsilon < 0:
-                raise ValueError(f"epsilon must be >= 0, got {self.epsilon}")
+    Args = GRPOVerlAdvantageArgs
 
     def compute(self, inputs: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
         advantages = broadcast(verl_grpo_scores(inputs, self.args.epsilon), inputs.mask)

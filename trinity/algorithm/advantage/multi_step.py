@@ -20,7 +20,6 @@ every group whose std is <= t, gets advantage 0 (its rows stay in the batch).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 
@@ -34,6 +33,7 @@ from trinity.algorithm.advantage.base import (
     require,
 )
 from trinity.algorithm.registries import ADVANTAGE_FN
+from trinity.config.part_args.advantage import StepWiseGRPOAdvantageArgs
 
 
 @dataclass
@@ -69,20 +69,7 @@ class Trajectories:
 class StepWiseGRPOAdvantage(AdvantageFn):
     """The last step's group-normalised reward, on every step of the trajectory."""
 
-    @dataclass
-    class Args:
-        epsilon: float = 1e-6  # added to the std so identical rewards give 0, not NaN
-        enable_step_norm: bool = False  # divide by the trajectory's number of steps
-        std_cal_level: Literal["group", "batch", "none"] = "group"  # std of group/batch/none
-        std_threshold: float | None = None  # groups with reward std <= this get 0
-
-        def __post_init__(self) -> None:
-            if self.epsilon < 0:
-                raise ValueError(f"epsilon must be >= 0, got {self.epsilon}")
-            if self.std_cal_level not in ("group", "batch", "none"):
-                raise ValueError(
-                    f"std_cal_level must be 'group', 'batch' or 'none', got {self.std_cal_level!r}"
-                )
+    Args = StepWiseGRPOAdvantageArgs
 
     def compute(self, inputs: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
         args = self.args

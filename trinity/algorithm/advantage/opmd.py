@@ -15,8 +15,6 @@ keeps its raw reward.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Literal
 
 import torch
 
@@ -28,6 +26,7 @@ from trinity.algorithm.advantage.base import (
     verl_group_stats,
 )
 from trinity.algorithm.registries import ADVANTAGE_FN
+from trinity.config.part_args.advantage import OPMDArgs
 
 
 def group_logavgexp(scores: torch.Tensor, group_ids: torch.Tensor, tau: float) -> torch.Tensor:
@@ -42,20 +41,6 @@ def group_logavgexp(scores: torch.Tensor, group_ids: torch.Tensor, tau: float) -
     sums = scaled.new_zeros(num_groups).index_add(0, index, torch.exp(scaled - group_max[index]))
     sizes = scaled.new_zeros(num_groups).index_add(0, index, torch.ones_like(scaled))
     return tau * (group_max + torch.log(sums / sizes))[index]
-
-
-@dataclass
-class OPMDArgs:
-    opmd_baseline: Literal["mean", "logavgexp"] = "mean"
-    tau: float = 1.0  # temperature of the logavgexp baseline
-
-    def __post_init__(self) -> None:
-        if self.opmd_baseline not in ("mean", "logavgexp"):
-            raise ValueError(
-                f"opmd_baseline must be 'mean' or 'logavgexp', got {self.opmd_baseline!r}"
-            )
-        if self.tau <= 0:
-            raise ValueError(f"tau must be > 0, got {self.tau}")
 
 
 @ADVANTAGE_FN.register("opmd")

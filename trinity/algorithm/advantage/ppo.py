@@ -13,13 +13,12 @@ over every valid token of the batch: (A - mean) / sqrt(var + 1e-8).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from trinity.algorithm.advantage.base import AdvantageFn, AdvantageInputs, MissingInputError
 from trinity.algorithm.registries import ADVANTAGE_FN
 from trinity.algorithm.utils import masked_whiten
+from trinity.config.part_args.advantage import PPOAdvantageArgs
 
 
 def gae(
@@ -44,15 +43,7 @@ def gae(
 class PPOAdvantage(AdvantageFn):
     """GAE with a learned critic, whitened over the batch."""
 
-    @dataclass
-    class Args:
-        gamma: float = 1.0  # discount per token
-        lam: float = 1.0  # GAE lambda: 0 = one-step TD, 1 = Monte Carlo minus V
-
-        def __post_init__(self) -> None:
-            for name in ("gamma", "lam"):
-                if not 0.0 <= getattr(self, name) <= 1.0:
-                    raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+    Args = PPOAdvantageArgs
 
     def compute(self, inputs: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
         if inputs.values is None:

@@ -16,9 +16,6 @@ Dropped rows stay in the batch with advantage 0. A group of one gets advantage 0
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
 import torch
 
 from trinity.algorithm.advantage.base import (
@@ -30,6 +27,7 @@ from trinity.algorithm.advantage.base import (
     rank_in_group,
 )
 from trinity.algorithm.registries import ADVANTAGE_FN
+from trinity.config.part_args.advantage import RECAdvantageArgs
 
 
 def balance_keep(scores: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
@@ -50,17 +48,7 @@ def balance_keep(scores: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
 class RECAdvantage(AdvantageFn):
     """Group-mean baseline, optionally normalised and balanced."""
 
-    @dataclass
-    class Args:
-        epsilon: float = 1e-6  # added to the std so identical rewards give 0, not NaN
-        std_normalize: bool = False  # divide by the kept responses' population std
-        drop: Literal["balance"] | None = None  # drop surplus below-mean responses
-
-        def __post_init__(self) -> None:
-            if self.epsilon < 0:
-                raise ValueError(f"epsilon must be >= 0, got {self.epsilon}")
-            if self.drop not in (None, "balance"):
-                raise ValueError(f"drop must be 'balance' or null, got {self.drop!r}")
+    Args = RECAdvantageArgs
 
     def compute(self, inputs: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
         scores = inputs.scores()

@@ -11,21 +11,18 @@ group baseline elsewhere, or use ``rec`` / ``asymre`` / ``grpo`` for a baselined
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from trinity.algorithm.advantage.base import AdvantageFn, AdvantageInputs, broadcast
 from trinity.algorithm.registries import ADVANTAGE_FN
+from trinity.config.part_args.advantage import ReinforceAdvantageArgs
 
 
 @ADVANTAGE_FN.register("reinforce")
 class ReinforceAdvantage(AdvantageFn):
     """The sequence reward on every valid token."""
 
-    @dataclass
-    class Args:
-        pass
+    Args = ReinforceAdvantageArgs
 
     def compute(self, inputs: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
         advantages = broadcast(inputs.scores(), inputs.mask)

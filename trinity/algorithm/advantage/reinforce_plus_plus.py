@@ -11,26 +11,19 @@ what makes this differ from plain REINFORCE.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from trinity.algorithm.advantage.base import AdvantageFn, AdvantageInputs, discounted_returns
 from trinity.algorithm.registries import ADVANTAGE_FN
 from trinity.algorithm.utils import masked_whiten
+from trinity.config.part_args.advantage import ReinforcePlusPlusAdvantageArgs
 
 
 @ADVANTAGE_FN.register("reinforceplusplus")
 class ReinforcePlusPlusAdvantage(AdvantageFn):
     """Batch-whitened discounted returns."""
 
-    @dataclass
-    class Args:
-        gamma: float = 1.0  # discount per token
-
-        def __post_init__(self) -> None:
-            if not 0.0 <= self.gamma <= 1.0:
-                raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
+    Args = ReinforcePlusPlusAdvantageArgs
 
     def compute(self, inputs: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
         mask = inputs.mask

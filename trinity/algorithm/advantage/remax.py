@@ -10,8 +10,6 @@ Returns are G_t. The trainer supplies ``AdvantageInputs.baseline_rewards`` (B,).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from trinity.algorithm.advantage.base import (
@@ -21,15 +19,14 @@ from trinity.algorithm.advantage.base import (
     discounted_returns,
 )
 from trinity.algorithm.registries import ADVANTAGE_FN
+from trinity.config.part_args.advantage import ReMaxAdvantageArgs
 
 
 @ADVANTAGE_FN.register("remax")
 class ReMaxAdvantage(AdvantageFn):
     """Return minus the greedy rollout's reward."""
 
-    @dataclass
-    class Args:
-        pass
+    Args = ReMaxAdvantageArgs
 
     def compute(self, inputs: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
         if inputs.baseline_rewards is None:

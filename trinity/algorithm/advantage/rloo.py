@@ -9,8 +9,6 @@ A group of one has no other response and gets advantage 0. Returns = advantages.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from trinity.algorithm.advantage.base import (
@@ -20,15 +18,14 @@ from trinity.algorithm.advantage.base import (
     group_stats,
 )
 from trinity.algorithm.registries import ADVANTAGE_FN
+from trinity.config.part_args.advantage import RLOOAdvantageArgs
 
 
 @ADVANTAGE_FN.register("rloo")
 class RLOOAdvantage(AdvantageFn):
     """Leave-one-out baseline within each group."""
 
-    @dataclass
-    class Args:
-        pass
+    Args = RLOOAdvantageArgs
 
     def compute(self, inputs: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
         scores = inputs.scores()

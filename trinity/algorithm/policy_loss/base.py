@@ -18,21 +18,19 @@ them is not given.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 
 from trinity.algorithm.advantage.base import MissingInputError
 from trinity.algorithm.loss_agg import LossNormalizer
+from trinity.config.part_args.policy_loss import PolicyLossArgs
 
 
 class PolicyLoss(ABC):
     """Base of the registered policy losses; subclasses set ``Args`` and ``inputs``."""
 
-    @dataclass
-    class Args:
-        pass
+    Args = PolicyLossArgs
 
     # keyword inputs of __call__ this loss reads (besides logprobs and action_mask)
     inputs: ClassVar[frozenset[str]] = frozenset()

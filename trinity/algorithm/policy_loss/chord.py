@@ -30,16 +30,19 @@ With p_t = exp(logprobs_t) the probability of the demonstrated token:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
-from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss, check_loss_agg_mode
+from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss
 from trinity.algorithm.policy_loss.base import PolicyLoss
-from trinity.algorithm.policy_loss.mix import MixArgs
 from trinity.algorithm.policy_loss.ppo import clipped_pg_loss
 from trinity.algorithm.policy_loss.sft import nll_loss
 from trinity.algorithm.registries import POLICY_LOSS_FN
+from trinity.config.part_args.policy_loss import (
+    LossAggModeArgs,
+    MixCHORDPolicyLossArgs,
+    SFTPhiLossArgs,
+)
 
 
 def phi_weighted_nll(
@@ -73,12 +76,7 @@ def chord_mu(
 class SFTISLoss(PolicyLoss):
     """Negative log-likelihood weighted by the token's own (stop-gradient) probability."""
 
-    @dataclass
-    class Args:
-        loss_agg_mode: str = "token-mean"
-
-        def __post_init__(self) -> None:
-            check_loss_agg_mode(self.loss_agg_mode)
+    Args = LossAggModeArgs
 
     inputs = frozenset()
 
@@ -104,15 +102,7 @@ class SFTISLoss(PolicyLoss):
 class SFTPhiLoss(PolicyLoss):
     """Negative log-likelihood weighted by p (1 - p) of the token (stop-gradient)."""
 
-    @dataclass
-    class Args:
-        loss_agg_mode: str = "token-mean"
-        cutoff_prob: float = 1.0  # tokens more likely than this get no gradient
-
-        def __post_init__(self) -> None:
-            check_loss_agg_mode(self.loss_agg_mode)
-            if not 0.0 < self.cutoff_prob <= 1.0:
-                raise ValueError(f"cutoff_prob must be in (0, 1], got {self.cutoff_prob}")
+    Args = SFTPhiLossArgs
 
     inputs = frozenset()
 
@@ -140,22 +130,7 @@ class SFTPhiLoss(PolicyLoss):
 class MixCHORDPolicyLoss(PolicyLoss):
     """PPO on rollouts plus a scheduled, phi-weighted SFT loss on demonstrations."""
 
-    @dataclass
-    class Args(MixArgs):
-        mu_warmup_steps: int = 0  # steps of the linear rise of mu from 0 to mu_peak
-        mu_decay_steps: int = 0  # steps of the cosine decay from mu_peak to mu_valley
-        mu_peak: float = 0.1  # mu at the end of the warm-up
-        mu_valley: float = 0.1  # mu after the decay
-        enable_phi_function: bool = True  # expert rows: sft_phi loss (else plain sft)
-
-        def __post_init__(self) -> None:
-            super().__post_init__()
-            for name in ("mu_warmup_steps", "mu_decay_steps"):
-                if getattr(self, name) < 0:
-                    raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-            for name in ("mu_peak", "mu_valley"):
-                if not 0.0 <= getattr(self, name) <= 1.0:
-                    raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+    Args = MixCHORDPolicyLossArgs
 
     inputs = frozenset({"old_logprobs", "advantages", "is_expert", "global_step"})
 

@@ -17,39 +17,20 @@ rho_t < 1 - mask_clip_range_low with A_t < 0); otherwise m_t = 1. l is reduced w
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss, check_loss_agg_mode
+from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss
 from trinity.algorithm.policy_loss.base import PolicyLoss
 from trinity.algorithm.registries import POLICY_LOSS_FN
 from trinity.algorithm.utils import clamped_log_ratio, masked_mean
+from trinity.config.part_args.policy_loss import CISPOPolicyLossArgs
 
 
 @POLICY_LOSS_FN.register("cispo")
 class CISPOPolicyLoss(PolicyLoss):
     """REINFORCE weighted by a clipped, stop-gradient importance ratio."""
 
-    @dataclass
-    class Args:
-        clip_range_low: float = 1.0  # weight floor 1 - clip_range_low (1.0: no floor)
-        clip_range_high: float = 0.28  # weight ceiling 1 + clip_range_high
-        enable_mask_clip: bool = False  # also drop the tokens PPO's clip would drop
-        mask_clip_range_low: float = 1.0  # A < 0 tokens below 1 - this are dropped
-        mask_clip_range_high: float = 0.28  # A > 0 tokens above 1 + this are dropped
-        loss_agg_mode: str = "token-mean"
-
-        def __post_init__(self) -> None:
-            check_loss_agg_mode(self.loss_agg_mode)
-            for name in (
-                "clip_range_low",
-                "clip_range_high",
-                "mask_clip_range_low",
-                "mask_clip_range_high",
-            ):
-                if getattr(self, name) < 0:
-                    raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+    Args = CISPOPolicyLossArgs
 
     inputs = frozenset({"old_logprobs", "advantages"})
 

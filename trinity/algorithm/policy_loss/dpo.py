@@ -15,8 +15,6 @@ pairs together, i.e. have an even number of rows).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 
@@ -24,22 +22,14 @@ from trinity.algorithm.loss_agg import LossNormalizer
 from trinity.algorithm.policy_loss.base import PolicyLoss
 from trinity.algorithm.registries import POLICY_LOSS_FN
 from trinity.algorithm.utils import masked_sum
+from trinity.config.part_args.policy_loss import DPOLossArgs
 
 
 @POLICY_LOSS_FN.register("dpo")
 class DPOLoss(PolicyLoss):
     """Pairwise logistic loss on sequence log-ratios."""
 
-    @dataclass
-    class Args:
-        beta: float = 0.1  # inverse temperature of the implicit reward
-        label_smoothing: float = 0.0  # assumed probability that a preference label is flipped
-
-        def __post_init__(self) -> None:
-            if self.beta <= 0:
-                raise ValueError(f"beta must be > 0, got {self.beta}")
-            if not 0.0 <= self.label_smoothing < 0.5:
-                raise ValueError(f"label_smoothing must be in [0, 0.5), got {self.label_smoothing}")
+    Args = DPOLossArgs
 
     inputs = frozenset({"ref_logprobs"})
 

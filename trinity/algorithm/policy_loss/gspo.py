@@ -13,14 +13,13 @@ log-ratio is clamped to at most 10 before exponentiating.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss, check_loss_agg_mode
+from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss
 from trinity.algorithm.policy_loss.base import PolicyLoss
 from trinity.algorithm.registries import POLICY_LOSS_FN
 from trinity.algorithm.utils import masked_mean
+from trinity.config.part_args.policy_loss import GSPOPolicyLossArgs
 
 SEQ_LOG_RATIO_MAX = 10.0
 
@@ -29,21 +28,7 @@ SEQ_LOG_RATIO_MAX = 10.0
 class GSPOPolicyLoss(PolicyLoss):
     """Clipped surrogate with a sequence-level importance ratio."""
 
-    @dataclass
-    class Args:
-        clip_range: float | None = None  # both sides, unless the side is given below
-        clip_range_low: float | None = None  # None -> clip_range, else the paper's 3e-4
-        clip_range_high: float | None = None  # None -> clip_range, else the paper's 4e-4
-        loss_agg_mode: str = "seq-mean-token-mean"
-
-        def __post_init__(self) -> None:
-            check_loss_agg_mode(self.loss_agg_mode)
-            if self.clip_range_low is None:
-                self.clip_range_low = 3e-4 if self.clip_range is None else self.clip_range
-            if self.clip_range_high is None:
-                self.clip_range_high = 4e-4 if self.clip_range is None else self.clip_range
-            if self.clip_range_low < 0 or self.clip_range_high < 0:
-                raise ValueError("clip ranges must be >= 0")
+    Args = GSPOPolicyLossArgs
 
     inputs = frozenset({"old_logprobs", "advantages"})
 

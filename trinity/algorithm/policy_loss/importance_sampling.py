@@ -11,26 +11,20 @@ unbiased off-policy policy gradient (PPO's surrogate with no trust region).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss, check_loss_agg_mode
+from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss
 from trinity.algorithm.policy_loss.base import PolicyLoss
 from trinity.algorithm.registries import POLICY_LOSS_FN
 from trinity.algorithm.utils import clamped_log_ratio, masked_mean
+from trinity.config.part_args.policy_loss import LossAggModeArgs
 
 
 @POLICY_LOSS_FN.register("importance_sampling")
 class ImportanceSamplingPolicyLoss(PolicyLoss):
     """-A * rho, with no clip."""
 
-    @dataclass
-    class Args:
-        loss_agg_mode: str = "token-mean"
-
-        def __post_init__(self) -> None:
-            check_loss_agg_mode(self.loss_agg_mode)
+    Args = LossAggModeArgs
 
     inputs = frozenset({"old_logprobs", "advantages"})
 

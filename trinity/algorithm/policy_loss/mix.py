@@ -19,69 +19,21 @@ here, so those arguments are accepted and listed as derived in trinity/config/no
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from trinity.algorithm.loss_agg import LossNormalizer, check_loss_agg_mode
+from trinity.algorithm.loss_agg import LossNormalizer
 from trinity.algorithm.policy_loss.base import PolicyLoss
-from trinity.algorithm.policy_loss.ppo import ClipArgs, clipped_pg_loss
+from trinity.algorithm.policy_loss.ppo import clipped_pg_loss
 from trinity.algorithm.policy_loss.sft import nll_loss
 from trinity.algorithm.registries import POLICY_LOSS_FN
-
-
-@dataclass
-class MixArgs(ClipArgs):
-    """Arguments of ``mix`` and ``mix_chord`` besides their SFT weight.
-
-    ``loss_agg_mode`` reduces both parts unless ``grpo_loss_agg_mode`` (rollout rows) or
-    ``sft_loss_agg_mode`` (expert rows) is set. The batch-geometry fields are Trinity-RFT's
-    (module docstring): checked, then derived here from the mini-batch's own rows.
-    """
-
-    sft_loss_agg_mode: str | None = None  # expert rows; None: loss_agg_mode
-    grpo_loss_agg_mode: str | None = None  # rollout rows; None: loss_agg_mode
-    use_dynamic_bsz: bool | None = None
-    ppo_mini_batch_size: int = 1
-    ppo_micro_batch_size_per_gpu: int = 1
-    ngpus_trainer: int = 1
-    train_batch_size_usual: int = 1
-    train_batch_size_expert: int = 1
-
-    def __post_init__(self) -> None:
-        if self.sft_loss_agg_mode is None:
-            self.sft_loss_agg_mode = self.loss_agg_mode
-        if self.grpo_loss_agg_mode is not None:
-            self.loss_agg_mode = self.grpo_loss_agg_mode  # clipped_pg_loss reads loss_agg_mode
-        super().__post_init__()
-        check_loss_agg_mode(self.sft_loss_agg_mode)
-        for name in BATCH_GEOMETRY:
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-
-
-# Trinity-RFT's arguments for the per-micro-batch weights the normalizers replace here
-BATCH_GEOMETRY = (
-    "ppo_mini_batch_size",
-    "ppo_micro_batch_size_per_gpu",
-    "ngpus_trainer",
-    "train_batch_size_usual",
-    "train_batch_size_expert",
-)
+from trinity.config.part_args.policy_loss import MixPolicyLossArgs
 
 
 @POLICY_LOSS_FN.register("mix")
 class MixPolicyLoss(PolicyLoss):
     """Weighted sum of a PPO loss on rollouts and an SFT loss on demonstrations."""
 
-    @dataclass
-    class Args(MixArgs):
-        mu: float = 0.1  # weight of the SFT term
-
-        def __post_init__(self) -> None:
-            super().__post_init__()
-            if not 0.0 <= self.mu <= 1.0:
-                raise ValueError(f"mu must be in [0, 1], got {self.mu}")
+    Args = MixPolicyLossArgs
 
     inputs = frozenset({"old_logprobs", "advantages", "is_expert"})
 

@@ -11,28 +11,19 @@ data (large ``sync_interval``); pair it with ``advantage_fn: opmd``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss, check_loss_agg_mode
+from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss
 from trinity.algorithm.policy_loss.base import PolicyLoss
 from trinity.algorithm.registries import POLICY_LOSS_FN
+from trinity.config.part_args.policy_loss import OPMDPolicyLossArgs
 
 
 @POLICY_LOSS_FN.register("opmd")
 class OPMDPolicyLoss(PolicyLoss):
     """Advantage-weighted log-likelihood, shrunk by 1 + tau."""
 
-    @dataclass
-    class Args:
-        tau: float = 1.0  # strength of the mirror-descent regulariser
-        loss_agg_mode: str = "token-mean"
-
-        def __post_init__(self) -> None:
-            check_loss_agg_mode(self.loss_agg_mode)
-            if self.tau < 0:
-                raise ValueError(f"tau must be >= 0, got {self.tau}")
+    Args = OPMDPolicyLossArgs
 
     inputs = frozenset({"advantages"})
 

@@ -24,36 +24,13 @@ Two options of the ``ppo`` loss (off by default):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss, check_loss_agg_mode
+from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss
 from trinity.algorithm.policy_loss.base import PolicyLoss
 from trinity.algorithm.registries import POLICY_LOSS_FN
 from trinity.algorithm.utils import clamped_log_ratio, masked_mean
-
-
-@dataclass
-class ClipArgs:
-    """The clipping arguments shared by the PPO-style losses."""
-
-    clip_range: float = 0.2  # default for both sides
-    clip_range_low: float | None = None  # epsilon below 1; None -> clip_range
-    clip_range_high: float | None = None  # epsilon above 1; None -> clip_range
-    clip_ratio_c: float | None = 3.0  # dual-clip bound for A < 0; None disables it
-    loss_agg_mode: str = "token-mean"
-
-    def __post_init__(self) -> None:
-        check_loss_agg_mode(self.loss_agg_mode)
-        if self.clip_range_low is None:
-            self.clip_range_low = self.clip_range
-        if self.clip_range_high is None:
-            self.clip_range_high = self.clip_range
-        if self.clip_range_low < 0 or self.clip_range_high < 0:
-            raise ValueError("clip ranges must be >= 0")
-        if self.clip_ratio_c is not None and self.clip_ratio_c <= 1.0:
-            raise ValueError(f"clip_ratio_c must be > 1 (or null), got {self.clip_ratio_c}")
+from trinity.config.part_args.policy_loss import ClipArgs, PPOPolicyLossArgs
 
 
 def clipped_pg_loss(
@@ -112,18 +89,7 @@ def clipped_pg_loss(
 class PPOPolicyLoss(PolicyLoss):
     """Clipped surrogate objective on rollout tokens."""
 
-    @dataclass
-    class Args(ClipArgs):
-        enable_sequence_masking: bool = False  # drop A < 0 tokens of sequences that drifted
-        delta_sequence_masking: float = 0.1  # mean log(pi_old / pi) above which they drop
-        fallback_to_policy_gradient: bool = False  # rho := 1 with the gradient of log pi
-
-        def __post_init__(self) -> None:
-            super().__post_init__()
-            if self.delta_sequence_masking < 0:
-                raise ValueError(
-                    f"delta_sequence_masking must be >= 0, got {self.delta_sequence_masking}"
-                )
+    Args = PPOPolicyLossArgs
 
     # rollout_is_weights is optional: None when rollout correction is off
     inputs = frozenset({"old_logprobs", "advantages", "rollout_is_weights"})

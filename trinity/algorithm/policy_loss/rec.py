@@ -27,55 +27,20 @@ which two-side clipping would drop.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss, check_loss_agg_mode
+from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss
 from trinity.algorithm.policy_loss.base import PolicyLoss
 from trinity.algorithm.registries import POLICY_LOSS_FN
 from trinity.algorithm.utils import clamped_log_ratio, masked_mean
-
-CLIP_MODES = ("none", "one-side", "gspo-one-side", "two-side", "ring")
-WEIGHTS = ("none", "importance_sampling", "gspo_importance_sampling", "advantage")
-REGULARIZERS = ("none", "k2", "forward-kl")
-
-
-def _check_choice(name: str, value: str, valid: tuple[str, ...]) -> None:
-    if value not in valid:
-        raise ValueError(f"unknown {name} {value!r}; valid: {', '.join(valid)}")
+from trinity.config.part_args.policy_loss import RECPolicyLossArgs
 
 
 @POLICY_LOSS_FN.register("rec")
 class RECPolicyLoss(PolicyLoss):
     """REINFORCE with an optional clip test, advantage weight and regulariser."""
 
-    @dataclass
-    class Args:
-        epsilon_low: float = 0.2  # ratio floor 1 - epsilon_low of the clip tests
-        epsilon_high: float = 0.2  # ratio ceiling 1 + epsilon_high of the clip tests
-        epsilon_low_prime: float = 0.6  # ring: A >= 0 tokens below 1 - this are kept
-        epsilon_high_prime: float = 2.0  # ring: A <= 0 tokens above 1 + this are kept
-        clip_mode: str = "none"  # none, one-side, gspo-one-side, two-side, ring
-        weight: str = "none"  # none, importance_sampling, gspo_importance_sampling, advantage
-        regularizer: str = "none"  # none, k2, forward-kl
-        regularizer_coef: float = 0.0  # weight of the regulariser
-        temp: float = 1.0  # temperature of the advantage weight exp(A / temp)
-        loss_agg_mode: str = "token-mean"
-
-        def __post_init__(self) -> None:
-            check_loss_agg_mode(self.loss_agg_mode)
-            _check_choice("clip_mode", self.clip_mode, CLIP_MODES)
-            _check_choice("weight", self.weight, WEIGHTS)
-            _check_choice("regularizer", self.regularizer, REGULARIZERS)
-            for name in ("epsilon_low", "epsilon_low_prime"):
-                if not 0.0 < getattr(self, name) <= 1.0:
-                    raise ValueError(f"{name} must be in (0, 1], got {getattr(self, name)}")
-            for name in ("epsilon_high", "epsilon_high_prime", "temp"):
-                if getattr(self, name) <= 0:
-                    raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-            if self.regularizer_coef < 0:
-                raise ValueError(f"regularizer_coef must be >= 0, got {self.regularizer_coef}")
+    Args = RECPolicyLossArgs
 
     inputs = frozenset({"old_logprobs", "advantages"})
 

@@ -17,34 +17,20 @@ training sooner. The log-ratio is clamped to [-20, 20] before exponentiating.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss, check_loss_agg_mode
+from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss
 from trinity.algorithm.policy_loss.base import PolicyLoss
 from trinity.algorithm.registries import POLICY_LOSS_FN
 from trinity.algorithm.utils import clamped_log_ratio, masked_mean
+from trinity.config.part_args.policy_loss import SAPOPolicyLossArgs
 
 
 @POLICY_LOSS_FN.register("sapo")
 class SAPOPolicyLoss(PolicyLoss):
     """Soft-gated surrogate with asymmetric temperatures."""
 
-    @dataclass
-    class Args:
-        tau_pos: float = 1.0  # gate temperature for A > 0
-        tau_neg: float = 1.05  # gate temperature for A <= 0; >= tau_pos
-        loss_agg_mode: str = "token-mean"
-
-        def __post_init__(self) -> None:
-            check_loss_agg_mode(self.loss_agg_mode)
-            if self.tau_pos <= 0:
-                raise ValueError(f"tau_pos must be > 0, got {self.tau_pos}")
-            if self.tau_neg < self.tau_pos:
-                raise ValueError(
-                    f"tau_neg must be >= tau_pos, got tau_neg {self.tau_neg} < {self.tau_pos}"
-                )
+    Args = SAPOPolicyLossArgs
 
     inputs = frozenset({"old_logprobs", "advantages"})
 

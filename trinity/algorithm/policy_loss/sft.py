@@ -7,13 +7,12 @@ Used by ``algorithm_type: sft`` and, on expert rows, by ``mix``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss, check_loss_agg_mode
+from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss
 from trinity.algorithm.policy_loss.base import PolicyLoss
 from trinity.algorithm.registries import POLICY_LOSS_FN
+from trinity.config.part_args.policy_loss import LossAggModeArgs
 
 
 def nll_loss(
@@ -30,12 +29,7 @@ def nll_loss(
 class SFTLoss(PolicyLoss):
     """Negative log-likelihood."""
 
-    @dataclass
-    class Args:
-        loss_agg_mode: str = "token-mean"
-
-        def __post_init__(self) -> None:
-            check_loss_agg_mode(self.loss_agg_mode)
+    Args = LossAggModeArgs
 
     inputs = frozenset()
 

@@ -12,29 +12,20 @@ its ratio, and one outside has none. l is reduced with ``loss_agg_mode``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss, check_loss_agg_mode
+from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss
 from trinity.algorithm.policy_loss.base import PolicyLoss
 from trinity.algorithm.registries import POLICY_LOSS_FN
 from trinity.algorithm.utils import masked_mean
+from trinity.config.part_args.policy_loss import SPPOPolicyLossArgs
 
 
 @POLICY_LOSS_FN.register("sppo")
 class SPPOPolicyLoss(PolicyLoss):
     """Advantage times log-ratio, on the tokens whose ratio stays in the trust region."""
 
-    @dataclass
-    class Args:
-        epsilon: float = 0.3  # trust region [1 / (1 + epsilon), 1 + epsilon] of the ratio
-        loss_agg_mode: str = "token-mean"
-
-        def __post_init__(self) -> None:
-            check_loss_agg_mode(self.loss_agg_mode)
-            if self.epsilon <= 0:
-                raise ValueError(f"epsilon must be > 0, got {self.epsilon}")
+    Args = SPPOPolicyLossArgs
 
     inputs = frozenset({"old_logprobs", "advantages"})
 

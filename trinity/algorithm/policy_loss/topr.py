@@ -15,27 +15,20 @@ negative ones a gradient that fades once the policy has moved away from them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss, check_loss_agg_mode
+from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss
 from trinity.algorithm.policy_loss.base import PolicyLoss
 from trinity.algorithm.registries import POLICY_LOSS_FN
 from trinity.algorithm.utils import clamped_log_ratio, masked_mean
+from trinity.config.part_args.policy_loss import TOPRPolicyLossArgs
 
 
 @POLICY_LOSS_FN.register("topr")
 class TOPRPolicyLoss(PolicyLoss):
     """REINFORCE with truncated importance weights on the non-positive examples."""
 
-    @dataclass
-    class Args:
-        advantage_threshold: float = 0.0  # A_t above it counts as a positive example
-        loss_agg_mode: str = "token-mean"
-
-        def __post_init__(self) -> None:
-            check_loss_agg_mode(self.loss_agg_mode)
+    Args = TOPRPolicyLossArgs
 
     inputs = frozenset({"old_logprobs", "advantages"})
 
