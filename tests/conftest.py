@@ -63,6 +63,9 @@ SERIAL_SECOND = (
     "unit/test_plugins.py",
 )
 
+# SERIAL tests that start no Ray at all (in SERIAL_SECOND for its count of tests only)
+WITHOUT_RAY = ("unit/test_plugins.py",)
+
 
 # SERIAL tests that need a Ray instance of their own (they start nodes with options of
 # their own, or check how a run finds or starts a cluster); every other SERIAL test joins
@@ -172,11 +175,6 @@ class SharedRayHead:
                 str(os.cpu_count() or 1),
                 "--include-dashboard",
                 "false",
-                # the log monitor forwards workers' output to drivers that ask for it, and
-                # runs join with log_to_driver=False: it would only poll the logs (~10 s of
-                # CPU over a suite)
-                "--include-log-monitor",
-                "false",
                 "--temp-dir",
                 temp_dir,
                 "--system-config",
@@ -203,7 +201,8 @@ def _node(nodeid: str) -> str:
 
 
 def _joins_shared_head(nodeid: str) -> bool:
-    return _node(nodeid).startswith(SERIAL) and not _node(nodeid).startswith(OWN_RAY)
+    node = _node(nodeid)
+    return node.startswith(SERIAL) and not node.startswith(OWN_RAY + WITHOUT_RAY)
 
 
 def _serial_group(nodeid: str) -> str:
