@@ -18,6 +18,7 @@ import sys
 import time
 
 import psutil
+from wrapped_command import parse_wrapped
 
 
 def tree_pss(root: psutil.Process) -> list[tuple[str, int]]:
@@ -38,11 +39,7 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--by-process", action="store_true", help="print the peak's breakdown")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, after --")
-    args = parser.parse_args()
-    argv = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if not argv:
-        parser.error("give the command to measure after --")
+    args, argv = parse_wrapped(parser)
     start = time.perf_counter()
     child = subprocess.Popen(argv)
     root = psutil.Process(child.pid)

@@ -1,4 +1,4 @@
-"""CPU time of every process a command starts, grouped by kind (Ray actor class, Ray's
+"""CPU time of every process a command starts (its descendants), grouped by kind (Ray actor class, Ray's
 own daemons, ``trinity run``, pytest workers): where the CPU of a run, or of the whole
 test suite, goes.
 
@@ -20,6 +20,8 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+
+from wrapped_command import parse_wrapped
 
 _RAY_DAEMONS = (
     "gcs_server",
@@ -61,6 +63,29 @@ def _better_name(old: str, new: str) -> str:
     return new if len(new) > len(old) else old
 
 
+def _parent(pid: str) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[1]
+    except OSError:
+        return None
+
+
+def _descends(pid: str, ours: set[str], others: set[str]) -> bool:
+    """Whether ``pid`` is the command or one of its descendants (``ours`` and ``others``
+    cache the answers; a process whose parent is gone counts as not ours)."""
+    chain = []
+    while pid not in ours and pid not in others:
+        parent = _parent(pid)
+        chain.append(pid)
+        if parent is None or parent in ("0", "1"):
+            others.update(chain)
+            return False
+        pid = parent
+    (ours if pid in ours else others).update(chain)
+    return pid in ours
+
+
 def _stat(pid: str, ticks: int) -> tuple[str, float] | None:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -77,20 +102,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--interval", type=float, default=0.5, help="seconds between polls")
     parser.add_argument("--every", action="store_true", help="also list each process")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ...")
-    args = parser.parse_args()
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if not command:
-        parser.error("give the command to run after --")
+    args, command = parse_wrapped(parser)
     ticks = os.sysconf("SC_CLK_TCK")
-    before = set(os.listdir("/proc"))
     seen: dict[str, list] = {}  # pid:start -> [cmdline, cpu, first seen, last seen]
     start = time.monotonic()
     proc = subprocess.Popen(command)
+    ours, others = {str(proc.pid)}, set()
     while True:
         now = time.monotonic() - start
         for pid in os.listdir("/proc"):
-            if not pid.isdigit() or pid in before:
+            if not pid.isdigit() or not _descends(pid, ours, others):
                 continue
             got = _stat(pid, ticks)
             if got is None:
