@@ -86,7 +86,8 @@ def _descends(pid: str, ours: set[str], others: set[str]) -> bool:
     return pid in ours
 
 
-def _stat(pid: str, ticks: int) -> tuple[str, float] | None:
+def _stat(pid: str, ticks: int) -> tuple[str, str, float] | None:
+    """``(pid:start time, command line, CPU seconds)`` of a live process, else None."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
@@ -95,7 +96,7 @@ def _stat(pid: str, ticks: int) -> tuple[str, float] | None:
     except OSError:
         return None
     # utime, stime; the start time tells a reused pid from the process before it
-    return f"{pid}:{fields[19]}|{cmdline}", (int(fields[11]) + int(fields[12])) / ticks
+    return f"{pid}:{fields[19]}", cmdline, (int(fields[11]) + int(fields[12])) / ticks
 
 
 def main() -> None:
@@ -116,8 +117,7 @@ def main() -> None:
             got = _stat(pid, ticks)
             if got is None:
                 continue
-            key, cpu = got
-            ident, cmdline = key.split("|", 1)
+            ident, cmdline, cpu = got
             row = seen.setdefault(ident, [cmdline, cpu, now, now])
             row[1], row[3] = max(row[1], cpu), now
             row[0] = _better_name(row[0], cmdline)

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from trinity.config.algorithm_defaults import ALGORITHM_DEFAULTS
+from trinity.config.part_args.policy_loss import BATCH_GEOMETRY
 from trinity.config.schema import STAGE_SECTIONS, Config
 from trinity.config.typed_yaml import field_types, to_plain
 
@@ -181,17 +182,7 @@ _MIX_BATCH = (
 )
 # policy_loss_fn -> arguments of policy_loss_fn_args it accepts but does not act on
 NO_EFFECT_ARGS: dict[str, dict[str, str]] = {
-    loss: {
-        arg: _MIX_BATCH
-        for arg in (
-            "use_dynamic_bsz",
-            "ppo_mini_batch_size",
-            "ppo_micro_batch_size_per_gpu",
-            "ngpus_trainer",
-            "train_batch_size_usual",
-            "train_batch_size_expert",
-        )
-    }
+    loss: {arg: _MIX_BATCH for arg in ("use_dynamic_bsz", *BATCH_GEOMETRY)}
     for loss in ("mix", "mix_chord")
 }
 
