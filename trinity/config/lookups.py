@@ -72,8 +72,10 @@ BUILTIN_NAMES: dict[str, frozenset[str]] = {
     ),
     "experience operator": frozenset(
         {
+            "dapo_dynamic_sampling",
             "data_juicer",
             "invalid_reward_filter",
+            "mask_response_truncated",
             "pass_rate_calculator",
             "pass_rate_stats",
             "reward_shaping_mapper",
