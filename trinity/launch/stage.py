@@ -30,7 +30,7 @@ def count_steps(config: Config) -> int:
     from trinity.config.algorithm_defaults import trains_on_dataset
 
     if config.mode == "train" and trains_on_dataset(config):
-        from trinity.trainer.train_input import dataset_steps
+        from trinity.trainer.dataset_steps import dataset_steps
 
         return dataset_steps(config)
     if config.buffer.total_steps:

@@ -30,16 +30,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
 from trinity.buffer.errors import TasksetExhausted
-from trinity.buffer.task_reader import TasksetReader
 from trinity.config.schema import FormatConfig, StorageConfig
+from trinity.trainer.dataset_steps import DatasetKind, dataset_reader
 from trinity.types import EID, Experience
 
-DatasetKind = Literal["sft", "dpo", "cpt"]
 # auxiliary datasets (expert data of mix) repeat for as long as the run reads them
 _ENDLESS_EPOCHS = 1_000_000
 
@@ -389,23 +388,3 @@ class DatasetSource:
                 break
         rows, self._pending = self._pending[:n], self._pending[n:]
         return [self.convert(row, index) for row, index in rows]
-
-
-def dataset_reader(
-    storage: StorageConfig,
-    *,
-    batch_size: int,
-    total_epochs: int = 1,
-    total_steps: int | None = None,
-    seed: int = 42,
-) -> TasksetReader:
-    """A row reader over ``storage``; ``len()`` of it counts batches of ``batch_size``."""
-    return TasksetReader(
-        storage,
-        batch_size=batch_size,
-        total_epochs=total_epochs,
-        total_steps=total_steps,
-        seed=seed if storage.data_selector.seed is None else storage.data_selector.seed,
-        selector=storage.task_selector,
-        default_workflow="",
-    )

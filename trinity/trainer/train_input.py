@@ -22,54 +22,17 @@ from trinity.algorithm.registries import SAMPLE_STRATEGY
 from trinity.config import Config
 from trinity.config.algorithm_defaults import trains_on_dataset
 from trinity.models.engine import chat_template_args
-from trinity.trainer.sft_data import DatasetKind, DatasetSource, Limits, dataset_reader
+from trinity.trainer.dataset_steps import (
+    TrainInputError,
+    dataset_kind,
+    dataset_steps,
+    dataset_storage,
+    rows_per_step,
+)
+from trinity.trainer.sft_data import DatasetSource, Limits
 from trinity.types import Experience
 
-
-class TrainInputError(ValueError):
-    """The trainer's input cannot be built from the config."""
-
-
-def dataset_kind(config: Config) -> DatasetKind:
-    if config.algorithm.algorithm_type == "cpt":
-        return "cpt"  # raw text, no chat template
-    return "dpo" if config.algorithm.policy_loss_fn == "dpo" else "sft"
-
-
-def rows_per_step(config: Config) -> int:
-    """Dataset rows one train step reads: train_batch_size, halved for DPO pairs."""
-    size = int(config.buffer.train_batch_size or 1)
-    if dataset_kind(config) == "dpo":
-        if size % 2:
-            raise TrainInputError(
-                f"buffer.train_batch_size is {size}: dpo trains on chosen/rejected pairs, "
-                "so it must be even (it is batch_size x 2 when unset)"
-            )
-        return size // 2
-    return size
-
-
-def dataset_steps(config: Config) -> int:
-    """Train steps of an sft/dpo stage: batches of rows over buffer.total_epochs."""
-    storage = _dataset_storage(config)
-    reader = dataset_reader(
-        storage,
-        batch_size=rows_per_step(config),
-        total_epochs=config.buffer.total_epochs,
-        total_steps=config.buffer.total_steps,
-        seed=config.seed,
-    )
-    return len(reader)
-
-
-def _dataset_storage(config: Config):
-    storage = config.buffer.trainer_input.experience_buffer
-    if storage is None or storage.storage_type not in ("file", "sql") or not storage.path:
-        raise TrainInputError(
-            f"algorithm_type {config.algorithm.algorithm_type} trains on a dataset: set "
-            "buffer.trainer_input.experience_buffer.path (storage_type file or sql)"
-        )
-    return storage
+__all__ = ["TrainInput", "TrainInputError", "dataset_steps"]
 
 
 class TrainInput:
@@ -95,7 +58,7 @@ class TrainInput:
         if trains_on_dataset(config):
             self.rows_per_step = rows_per_step(config)
             self.dataset = DatasetSource(
-                _dataset_storage(config),
+                dataset_storage(config),
                 tokenizer,
                 kind=dataset_kind(config),
                 batch_size=self.rows_per_step,

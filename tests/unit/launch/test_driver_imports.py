@@ -29,6 +29,8 @@ from trinity.sync.weight_slot import new_slot_path
 
 config = load_config("examples/arithmetic/grpo.yaml")
 print("steps", run.count_steps(config))
+# a stage that trains on a dataset: its steps are counted from the dataset's rows
+print("sft steps", run.count_steps(load_config("examples/sft/sft.yaml")))
 print("torch imported:", "torch" in sys.modules)
 """
 
@@ -38,4 +40,5 @@ def test_the_driver_starts_a_run_without_torch() -> None:
         [sys.executable, "-c", DRIVER], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout
     assert "steps 40" in out, out
+    assert "sft steps 42" in out, out  # 42 batches of the example's rows
     assert "torch imported: False" in out, out
