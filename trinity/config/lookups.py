@@ -68,6 +68,7 @@ BUILTIN_NAMES: dict[str, frozenset[str]] = {
             "math_dapo_reward",
             "math_format_reward",
             "math_reward",
+            "rlcr_reward",
         }
     ),
     "experience operator": frozenset(
