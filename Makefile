@@ -27,13 +27,16 @@ KERNEL_TESTS := tests/unit/kernels tests/unit/trainer/test_fused_layers.py \
 	tests/unit/trainer/test_precision.py tests/unit/models/test_fast_decode.py \
 	tests/unit/models/test_sampling.py tests/unit/algorithm/test_utils.py
 
-# two workers; the tests that start Ray or run a whole job run in turn, in two serial
-# groups (one on each worker)
-# (the scheduler in tests/conftest.py). Python's bytecode cache stays on even where the
+# three workers on two cores: the tests that start Ray or run a whole job run in turn, in
+# two serial groups (the scheduler in tests/conftest.py), and a serial test's worker mostly
+# waits while the processes of its run start and hand work to each other; the third worker
+# runs other tests in those gaps (docs/benchmarks.md has the times of two and three).
+# TEST_WORKERS=2 make test runs two. Python's bytecode cache stays on even where the
 # environment turns it off (PYTHONDONTWRITEBYTECODE, set in some images): the suite starts
 # some 250 Python processes, and each would compile every module of ours it imports
+TEST_WORKERS ?= 3
 test: $(STAMP)
-	env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/pytest -q -n 2
+	env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/pytest -q -n $(TEST_WORKERS)
 
 # CI runs these too (.ci/run)
 test-kernel-paths: $(STAMP)

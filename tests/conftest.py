@@ -23,7 +23,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 
 # Tests that start Ray (a local instance, `ray start` nodes, `trinity run` without
-# --dry-run): with xdist (`make test` passes `-n 2`) one worker runs them one after
+# --dry-run): with xdist (`make test` passes `-n 3`) one worker runs them one after
 # another, while the other tests are spread over the workers. Two of them at once would
 # share a machine sized for one, and a run started while another test's `ray start` head
 # is up would join that head. Entries are node-id prefixes: a file, or file::test.
