@@ -53,13 +53,15 @@ SERIAL = (
 )
 
 
-# SERIAL tests that run in a second serial group, beside the first on the other worker
+# SERIAL tests that run in a second serial group, beside the first on another worker
 # (each worker has its own shared head): the first group alone outlasts all the other
-# tests of the suite, which would leave a core idle at the end. At least two tests, so
+# tests of the suite, which would leave a core idle at the end (with three workers it
+# still ended 80 s after them before the resume test moved here). At least two tests, so
 # that the group is handed out right after the first (xdist hands out the groups with the
 # most tests first).
 SERIAL_SECOND = (
     "e2e/test_judge_run.py",
+    "e2e/test_resume.py",
     "unit/test_plugins.py",
 )
 
