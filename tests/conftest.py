@@ -159,9 +159,6 @@ def _log_monitor_off() -> tuple[str, ...]:
     return ("--include-log-monitor", "false") if "--include-log-monitor" in source else ()
 
 
-_NO_LOG_MONITOR = _log_monitor_off()
-
-
 class SharedRayHead:
     """A Ray head (``ray start --head``) that the SERIAL tests' runs join, so that the
     suite starts Ray once per serial group instead of once per run (5-15 s each on 2
@@ -201,7 +198,7 @@ class SharedRayHead:
                         "prestart_worker_first_driver": False,
                     }
                 ),
-                *_NO_LOG_MONITOR,
+                *_log_monitor_off(),
             )
             self._stack = stack
         return self._address
