@@ -1,8 +1,9 @@
-"""What the benchmark scripts share: the demo's config with the benchmark's settings,
-and the matmul peak of this machine."""
+"""What the benchmark scripts share: the default model's directory, the demo's config
+with the benchmark's settings, and the matmul peak of this machine."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,18 @@ apply_to_driver()
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "examples" / "arithmetic" / "data"
 CONFIG = ROOT / "examples" / "arithmetic" / "grpo.yaml"
+
+
+def default_model_dir() -> Path:
+    """The built-in SmolLM2-135M-Instruct as a transformers directory: ``$TRINITY_SMOL_DIR``
+    where set (a machine without the GGUF wheel, e.g. a GPU machine with no network, given
+    a directory of the model's shapes), else the wheel's GGUF converted once."""
+    given = os.environ.get("TRINITY_SMOL_DIR")
+    if given:
+        return Path(given)
+    from trinity.models.resolve import DEFAULT_MODEL, resolve_model_path
+
+    return resolve_model_path(DEFAULT_MODEL)
 
 
 def demo_config(

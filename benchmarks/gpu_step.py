@@ -23,6 +23,7 @@ import sys
 import time
 from typing import Any
 
+from bench_common import default_model_dir
 from grpo_step import TrinityGRPO, load_tasks
 
 GPU_EXTRA = ("cluster.gpu_per_node=1", "cluster.node_num=1")
@@ -68,9 +69,8 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("gpu_step: no CUDA device here; this benchmark needs one GPU")
         return 1
-    from trinity.models.resolve import DEFAULT_MODEL, resolve_model_path
 
-    model_dir = resolve_model_path(DEFAULT_MODEL)
+    model_dir = default_model_dir()
     device = torch.device("cuda", torch.cuda.current_device())
     bench = GpuGRPO(
         model_dir,

@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_common import DATA, demo_config
+from bench_common import DATA, default_model_dir, demo_config
 
 TASKS_PER_STEP = 2
 ROLLOUTS = 8
@@ -307,9 +307,7 @@ def main() -> int:
 
     import torch
 
-    from trinity.models.resolve import DEFAULT_MODEL, resolve_model_path
-
-    model_dir = resolve_model_path(DEFAULT_MODEL)
+    model_dir = default_model_dir()
     tasks = load_tasks(args.seed)
     total = args.warmup + args.steps
     print(

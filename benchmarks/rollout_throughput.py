@@ -33,7 +33,7 @@ import sys
 import time
 
 import torch
-from bench_common import matmul_peak
+from bench_common import default_model_dir, matmul_peak
 
 
 def measure_bandwidth(gib: float = 1.0, repeats: int = 5) -> tuple[float, float]:
@@ -101,10 +101,9 @@ def main() -> int:
         parser.error("--tokens, --repeats and every --batch must be >= 1")
 
     from trinity.models.engine import TransformersEngine
-    from trinity.models.resolve import DEFAULT_MODEL, resolve_model_path
     from trinity.models.sampling import SamplingParams
 
-    model_dir = resolve_model_path(DEFAULT_MODEL)
+    model_dir = default_model_dir()
     engine = TransformersEngine(
         str(model_dir),
         dtype=args.dtype,

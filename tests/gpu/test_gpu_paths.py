@@ -51,6 +51,8 @@ def test_two_step_grpo_run_on_one_gpu(tiny_model_dir: Path, tmp_path: Path) -> N
         tiny_model_dir,
         tmp_path,
         "name=gpu",
+        # the job directory without the demo's timestamp suffix, so the test finds it
+        "continue_from_checkpoint=true",
         "cluster.gpu_per_node=1",
         "buffer.total_steps=2",
         "trainer.save_interval=2",
@@ -90,7 +92,7 @@ def test_engine_and_trainer_logprobs_agree_on_cuda(tiny_model_dir: Path, tmp_pat
         for j, s in enumerate(group):
             experiences.append(
                 Experience(
-                    tokens=torch.tensor(prompt + s.tokens),
+                    tokens=torch.tensor(prompt + s.token_ids),
                     prompt_length=len(prompt),
                     logprobs=torch.tensor(s.logprobs),
                     reward=0.0,
