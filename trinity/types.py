@@ -84,6 +84,10 @@ class Experience:
     rejected: torch.Tensor | None = None  # (R_r,) rejected response token ids
     # (R,) log pi_teacher(a|s) of the same tokens under a teacher model (on-policy distillation)
     teacher_logprobs: torch.Tensor | None = None
+    # T of the rollout's logprobs, log_softmax(logits / T): the call's sampling temperature
+    # (1 for greedy calls); the trainer recomputes this row's log-probs at it. None (rows
+    # written before it was kept): the configured rollout temperature
+    temperature: float | None = None
 
     def __post_init__(self) -> None:
         if self.action_mask is None:

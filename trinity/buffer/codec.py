@@ -137,6 +137,7 @@ def experience_to_dict(exp: Experience) -> dict[str, Any]:
         out[name] = check_json(getattr(exp, name), name)
     out["prompt_text"] = exp.prompt_text
     out["response_text"] = exp.response_text
+    out["temperature"] = None if exp.temperature is None else float(exp.temperature)
     return out
 
 
@@ -156,5 +157,10 @@ def experience_from_dict(obj: dict[str, Any]) -> Experience:
         messages=obj.get("messages"),
         prompt_text=obj.get("prompt_text"),
         response_text=obj.get("response_text"),
+        temperature=_optional_float(obj.get("temperature")),  # absent in older lines
         **tensors,
     )
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)

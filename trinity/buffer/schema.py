@@ -4,7 +4,7 @@
 ``LargeBinary`` of raw little-endian element bytes; their dtypes and shapes live in
 the ``tensor_meta`` JSON column (``{"tokens": {"dtype": "int64", "shape": [L]}, ...}``),
 so any language that reads SQLite and JSON can decode a row. Plain fields (reward,
-prompt_length, eid parts, model_version, texts) are ordinary columns that can be
+prompt_length, eid parts, model_version, temperature, texts) are ordinary columns that can be
 queried; ``info``, ``metrics`` and ``messages`` are JSON.
 
 Reading a database outside the framework::
@@ -88,6 +88,8 @@ class ExperienceColumns:
     eid_run: Mapped[int] = mapped_column(Integer)
     eid_step: Mapped[int] = mapped_column(Integer)
     model_version: Mapped[int] = mapped_column(Integer, index=True)
+    # the rollout's sampling temperature; NULL in rows written before it was kept
+    temperature: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     info: Mapped[dict[str, Any]] = mapped_column(JSON)
     metrics: Mapped[dict[str, Any]] = mapped_column(JSON)
@@ -122,6 +124,7 @@ class ExperienceColumns:
             eid_run=int(exp.eid.run),
             eid_step=int(exp.eid.step),
             model_version=exp.model_version,
+            temperature=None if exp.temperature is None else float(exp.temperature),
             info=check_json(exp.info, "info"),
             metrics=check_json(exp.metrics, "metrics"),
             messages=check_json(exp.messages, "messages"),
@@ -145,6 +148,7 @@ class ExperienceColumns:
             messages=self.messages,
             prompt_text=self.prompt_text,
             response_text=self.response_text,
+            temperature=self.temperature,
             **tensors,
         )
 

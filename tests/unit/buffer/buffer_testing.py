@@ -91,6 +91,7 @@ def full_experience(i: int = 0) -> Experience:
         chosen=torch.tensor([5, 6], dtype=torch.int32),
         rejected=torch.tensor([[1, 2], [3, 4]], dtype=torch.int16),
         teacher_logprobs=torch.tensor([-0.5, -2.0e-7, -7.25], dtype=torch.float32),
+        temperature=0.7,
     )
 
 
@@ -122,10 +123,74 @@ def assert_same_experience(a: Experience, b: Experience) -> None:
             x, y = x[~nan], y[~nan]
         # bit patterns, so that -0.0 and 0.0 differ
         assert _raw(x) == _raw(y), name
-    for name in ("prompt_length", "reward", "eid", "info", "metrics", "messages"):
+    for name in ("prompt_length", "reward", "eid", "info", "metrics", "messages", "temperature"):
         assert getattr(a, name) == getattr(b, name), name
     assert a.prompt_text == b.prompt_text
     assert a.response_text == b.response_text
+
+
+# (storage_type, backup file, priority queue): every way the trainer reads what the
+# explorer wrote, for ``pass_every_buffer``
+EVERY_BUFFER = [
+    ("queue", None, False),
+    ("queue", "backup.db", False),
+    ("queue", "backup.jsonl", False),
+    ("queue", None, True),
+    ("sql", "buffer.db", False),
+]
+
+
+def pass_every_buffer(
+    tmp_path: Any, case: tuple[str, str | None, bool], sent: list[Experience]
+) -> list[list[Experience]]:
+    """``sent`` put into the buffer of ``case`` (one of ``EVERY_BUFFER``) and read back
+    by the trainer's ``get``, then from its backup file when it has one: each reading,
+    in ``sent``'s order when every ``eid.task`` differs."""
+    from trinity.buffer import SQLExperienceStorage, make_experience_buffer
+    from trinity.buffer.jsonl import JsonlReader
+
+    storage_type, backup, priority = case
+    path = str(tmp_path / backup) if backup else None
+    cfg = storage_config(
+        storage_type=storage_type, path=path, max_read_timeout=0.1, use_priority_queue=priority
+    )
+    buffer = make_experience_buffer(cfg)
+    buffer.put(sent)
+    # a priority queue hands out the newest first
+    readings = [sorted(buffer.get(len(sent), timeout=0.1), key=lambda e: str(e.eid.task))]
+    buffer.close()
+    if backup and backup.endswith(".db"):
+        stored = SQLExperienceStorage(path)
+        readings.append(stored.read(len(sent)))
+        stored.close()
+    if backup and backup.endswith(".jsonl"):
+        readings.append(JsonlReader(path).read_new(len(sent)))
+    return readings
+
+
+def written_before_the_column(
+    tmp_path: Any, column: str, old: Experience, new: Experience
+) -> tuple[Experience, Experience]:
+    """``old`` and ``new`` as read back from one SQLite table: ``old`` written while the
+    table lacked ``column`` (as the schema before that field made it), ``new`` after
+    reopening it (which adds the column back)."""
+    import sqlite3
+
+    from trinity.buffer import SQLExperienceStorage
+
+    path = tmp_path / "old.db"
+    storage = SQLExperienceStorage(str(path))
+    storage.write([old])
+    storage.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"ALTER TABLE experience DROP COLUMN {column}")
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(experience)")]
+    assert column not in columns
+    storage = SQLExperienceStorage(str(path))
+    storage.write([new])
+    first, second = storage.read(2)
+    storage.close()
+    return first, second
 
 
 def _raw(t: torch.Tensor) -> bytes:
@@ -248,6 +313,9 @@ def experiences(draw: st.DrawFn) -> Experience:
         advantages=draw(optional_response),
         returns=draw(optional_response),
         teacher_logprobs=draw(optional_response),
+        temperature=draw(
+            st.none() | st.floats(min_value=0, exclude_min=True, allow_infinity=False)
+        ),
         eid=EID(
             batch=draw(st.integers(0, 10**6) | st.text(max_size=8)),
             task=draw(st.integers(0, 10**6) | st.text(max_size=8)),

@@ -8,14 +8,18 @@ database written before the field existed gains its column and reads it as None.
 from __future__ import annotations
 
 import pickle
-import sqlite3
 from pathlib import Path
 
 import pytest
 import torch
-from buffer_testing import assert_same_experience, full_experience, storage_config
+from buffer_testing import (
+    EVERY_BUFFER,
+    assert_same_experience,
+    full_experience,
+    pass_every_buffer,
+    written_before_the_column,
+)
 
-from trinity.buffer import SQLExperienceStorage, make_experience_buffer
 from trinity.buffer.jsonl import JsonlReader, JsonlWriter
 
 
@@ -40,37 +44,11 @@ def check(read: list, sent: list) -> None:
     assert read[2].teacher_logprobs is None
 
 
-@pytest.mark.parametrize(
-    ("storage_type", "backup", "priority"),
-    [
-        ("queue", None, False),
-        ("queue", "backup.db", False),
-        ("queue", "backup.jsonl", False),
-        ("queue", None, True),
-        ("sql", "buffer.db", False),
-    ],
-)
-def test_every_buffer_hands_the_trainer_the_teacher_logprobs(
-    tmp_path: Path, storage_type: str, backup: str | None, priority: bool
-) -> None:
-    path = str(tmp_path / backup) if backup else None
-    cfg = storage_config(
-        storage_type=storage_type, path=path, max_read_timeout=0.1, use_priority_queue=priority
-    )
-    buffer = make_experience_buffer(cfg)
+@pytest.mark.parametrize("case", EVERY_BUFFER)
+def test_every_buffer_hands_the_trainer_the_teacher_logprobs(tmp_path: Path, case: tuple) -> None:
     sent = written()
-    buffer.put(sent)
-    read = buffer.get(3, timeout=0.1)
-    if priority:  # a priority queue hands out the newest first
-        read = sorted(read, key=lambda e: e.eid.task)
-    check(read, sent)
-    buffer.close()
-    if backup and backup.endswith(".db"):
-        stored = SQLExperienceStorage(path)
-        check(stored.read(3), sent)
-        stored.close()
-    if backup and backup.endswith(".jsonl"):
-        check(JsonlReader(path).read_new(3), sent)
+    for read in pass_every_buffer(tmp_path, case, sent):
+        check(read, sent)
 
 
 def test_jsonl_file_round_trip(tmp_path: Path) -> None:
@@ -89,23 +67,10 @@ def test_ray_actor_boundary_keeps_them() -> None:
 
 
 def test_a_database_written_before_the_field_gains_its_column(tmp_path: Path) -> None:
-    path = tmp_path / "old.db"
-    storage = SQLExperienceStorage(str(path))
-    old = full_experience(0)
+    old, new = full_experience(0), full_experience(1)
     old.teacher_logprobs = None
-    storage.write([old])
-    storage.close()
-    with sqlite3.connect(path) as conn:  # the table as the schema before the field made it
-        conn.execute("ALTER TABLE experience DROP COLUMN teacher_logprobs")
-        columns = [row[1] for row in conn.execute("PRAGMA table_info(experience)")]
-    assert "teacher_logprobs" not in columns
-
-    storage = SQLExperienceStorage(str(path))
-    new = full_experience(1)
     new.teacher_logprobs = distilled(1)
-    storage.write([new])
-    first, second = storage.read(2)
-    storage.close()
+    first, second = written_before_the_column(tmp_path, "teacher_logprobs", old, new)
     assert_same_experience(first, old)
     assert first.teacher_logprobs is None
     assert torch.equal(second.teacher_logprobs, distilled(1))
