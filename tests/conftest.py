@@ -45,6 +45,7 @@ SERIAL = (
     "integration/test_collective_sync.py",
     "integration/test_data_parallel.py",
     "integration/test_object_store_weights.py",
+    "integration/test_run_cleanup.py",
     "integration/test_ray_cluster.py",
     "integration/explorer/test_bench.py",
     "integration/explorer/test_rollout_engines.py",

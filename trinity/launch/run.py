@@ -6,7 +6,9 @@
              previous stage's final weights, which that stage exports as a Hugging Face
              directory (``global_step_<N>/actor/huggingface``) and hands its actors on
              (``stage_actors``); mode bench (``bench``) and mode serve run in this process
-    cleanup: the actors kept for a next stage stop, also when a stage fails
+    cleanup: a stage that fails (or is interrupted) stops every actor it started, those
+             still starting included; the actors kept for a next stage stop when the
+             run ends or fails, so a program calling ``run()`` is left holding none
 
 The pieces: ``plugins`` (user code every process imports), ``stage`` (one stage on Ray),
 ``buffer_actor``, ``weight_file``, ``follow`` (progress), ``summary``, ``bench``.
@@ -42,7 +44,8 @@ __all__ = [
 def run(config: Config, plugin_dirs: Sequence[str | Path] = ()) -> list[dict[str, Any]]:
     """Run every stage of ``config`` in order; each starts from the previous stage's weights.
 
-    ``plugin_dirs`` are imported in every actor, as they were in this process.
+    ``plugin_dirs`` are imported in every actor, as they were in this process. When a
+    stage fails, its error is raised once every actor of the run has been killed.
     """
     plugin_dirs = [str(Path(d).resolve()) for d in plugin_dirs]
     stages = expand_stages(config, now=datetime.now())

@@ -7,7 +7,8 @@ actors:  synchronizer, experience buffer, explorer, trainer (one actor or a grou
 loop:    the explorer and/or trainer run their own loops; the driver follows them
          (``follow``)
 cleanup: the actors stop, or are kept for the next stage (``stage_actors``); the
-         summary (``summary``)
+         summary (``summary``). On a failure every actor the stage started stops and
+         nothing is kept
 """
 
 from __future__ import annotations
@@ -21,7 +22,12 @@ from typing import Any
 from trinity.config import Config, to_yaml
 from trinity.config import job_dir as get_job_dir
 from trinity.launch.errors import RunError
-from trinity.launch.stage_actors import StageActors, reusable, wait_until_released
+from trinity.launch.stage_actors import (
+    StageActors,
+    reusable,
+    stop_actors,
+    wait_until_released,
+)
 from trinity.utils.resources import EXPLORER_CPUS, SERVICE_CPUS
 
 
@@ -137,95 +143,106 @@ def run_stage(
                 rebuilding.append(rebuilt)
             return actor
 
-        synchronizer = start(
-            ("synchronizer",),
-            lambda: ray.remote(reusable(Synchronizer)).options(num_cpus=SERVICE_CPUS),
-            slot,
-        )
-        buffer = None
-        if not trains_on_dataset(config):
-            exp_buf = config.buffer.trainer_input.experience_buffer
-            # unnamed, so that the next stage takes it over whatever its buffer's name
-            buffer = start(
-                ("buffer",),
-                lambda: ray.remote(reusable(BufferActor)).options(
-                    num_cpus=SERVICE_CPUS, max_concurrency=16
-                ),
-                exp_buf,
+        try:
+            synchronizer = start(
+                ("synchronizer",),
+                lambda: ray.remote(reusable(Synchronizer)).options(num_cpus=SERVICE_CPUS),
+                slot,
             )
-        explorer = None
-        if mode in ("both", "explore"):
-            # its workflow runners are threads: they see explorer.env_vars here
-            runtime_env = actor_env(config.explorer.env_vars)
-            gpus = explorer_options(plan)
-            explorer = start(
-                ("explorer", config.explorer.name, repr(runtime_env), gpus["num_gpus"]),
-                lambda: ray.remote(deferred_start_errors(reusable(ExplorerRole))).options(
-                    num_cpus=EXPLORER_CPUS,
-                    max_concurrency=2,
-                    name=config.explorer.name,
-                    runtime_env=runtime_env,
-                    **gpus,
-                ),
-                *(config, str(job_dir), model_dir, buffer, synchronizer, plugin_dirs),
-            )
-        if mode in ("both", "train"):
-            trainer_actors = start_trainer(
-                config,
-                reusable(TrainerRole),
-                (
+            buffer = None
+            if not trains_on_dataset(config):
+                exp_buf = config.buffer.trainer_input.experience_buffer
+                # unnamed, so that the next stage takes it over whatever its buffer's name
+                buffer = start(
+                    ("buffer",),
+                    lambda: ray.remote(reusable(BufferActor)).options(
+                        num_cpus=SERVICE_CPUS, max_concurrency=16
+                    ),
+                    exp_buf,
+                )
+            explorer = None
+            if mode in ("both", "explore"):
+                # its workflow runners are threads: they see explorer.env_vars here
+                runtime_env = actor_env(config.explorer.env_vars)
+                gpus = explorer_options(plan)
+                explorer = start(
+                    ("explorer", config.explorer.name, repr(runtime_env), gpus["num_gpus"]),
+                    lambda: ray.remote(deferred_start_errors(reusable(ExplorerRole))).options(
+                        num_cpus=EXPLORER_CPUS,
+                        max_concurrency=2,
+                        name=config.explorer.name,
+                        runtime_env=runtime_env,
+                        **gpus,
+                    ),
+                    *(config, str(job_dir), model_dir, buffer, synchronizer, plugin_dirs),
+                )
+            if mode in ("both", "train"):
+                trainer_actors = start_trainer(
                     config,
-                    str(job_dir),
-                    model_dir,
-                    buffer,
-                    synchronizer,
-                    total_steps,
-                    plugin_dirs,
-                    critic_dir,
-                ),
-                job_dir=str(job_dir),
-                model_dir=model_dir,
-                total_steps=total_steps,
-                plugin_dirs=plugin_dirs,
-                kept=kept,
-                plan=plan,
-            )
-            actors.extend((rank, None) for rank in trainer_actors.ranks[1:])
-            actors.append((trainer_actors.lead, trainer_actors.key))
-            if trainer_actors.rebuilt is not None:
-                rebuilding.append(trainer_actors.rebuilt)
-        ray.get(rebuilding)  # a start error is kept for the first call, as in a new actor
-        kept.kill_all()  # what the stage before left and this one did not take
-        refs: dict[str, Any] = {}
-        if explorer is not None:
-            refs["explorer"] = explorer.run.remote(total_steps, start_step)
-        if trainer_actors is not None:
-            refs["trainer"] = trainer_actors.lead.run.remote(
-                total_steps, start_step, export_hf=export_final
-            )
-        write_placement(job_dir, explorer, trainer_actors)
-        lead = "trainer" if "trainer" in refs else "explorer"
-        results = follow(refs, synchronizer, total_steps, lead, job_dir)
-        if trainer_actors is not None:
-            trainer_actors.shutdown()
-        if explorer is not None:
-            ray.get(explorer.close.remote())
-        if config.monitor.enable_ray_timeline:
-            from trinity.monitor.timeline import write_ray_timeline
+                    reusable(TrainerRole),
+                    (
+                        config,
+                        str(job_dir),
+                        model_dir,
+                        buffer,
+                        synchronizer,
+                        total_steps,
+                        plugin_dirs,
+                        critic_dir,
+                    ),
+                    job_dir=str(job_dir),
+                    model_dir=model_dir,
+                    total_steps=total_steps,
+                    plugin_dirs=plugin_dirs,
+                    kept=kept,
+                    plan=plan,
+                )
+                actors.extend((rank, None) for rank in trainer_actors.ranks[1:])
+                actors.append((trainer_actors.lead, trainer_actors.key))
+                if trainer_actors.rebuilt is not None:
+                    rebuilding.append(trainer_actors.rebuilt)
+            ray.get(rebuilding)  # a start error is kept for the first call, as in a new actor
+            kept.kill_all()  # what the stage before left and this one did not take
+            refs: dict[str, Any] = {}
+            if explorer is not None:
+                refs["explorer"] = explorer.run.remote(total_steps, start_step)
+            if trainer_actors is not None:
+                refs["trainer"] = trainer_actors.lead.run.remote(
+                    total_steps, start_step, export_hf=export_final
+                )
+            write_placement(job_dir, explorer, trainer_actors)
+            lead = "trainer" if "trainer" in refs else "explorer"
+            results = follow(refs, synchronizer, total_steps, lead, job_dir)
+            if trainer_actors is not None:
+                trainer_actors.shutdown()
+            if explorer is not None:
+                ray.get(explorer.close.remote())
+            if config.monitor.enable_ray_timeline:
+                from trinity.monitor.timeline import write_ray_timeline
 
-            write_ray_timeline(job_dir)
-        retiring, kept_names = [], set()
-        for actor, key in reversed(actors):
-            if hand_on and key is not None:
-                retiring.append(kept.keep(key, actor))
-                kept_names.add(key[1] if len(key) > 1 else None)
-            else:
-                ray.kill(actor)
-        ray.get(retiring)
-        # the next stage names its actors the same way; a name is free once its actor is gone
-        rank_names = trainer_actors.release() if trainer_actors is not None else []
-        names = [config.explorer.name, config.trainer.name]
-        wait_until_released([n for n in names if n not in kept_names] + rank_names)
+                write_ray_timeline(job_dir)
+            retiring, kept_names = [], set()
+            for actor, key in reversed(actors):
+                if hand_on and key is not None:
+                    retiring.append(kept.keep(key, actor))
+                    kept_names.add(key[1] if len(key) > 1 else None)
+                else:
+                    ray.kill(actor)
+            ray.get(retiring)
+            # the next stage names its actors the same way; a name is free once its actor
+            # is gone
+            rank_names = trainer_actors.release() if trainer_actors is not None else []
+            names = [config.explorer.name, config.trainer.name]
+            wait_until_released([n for n in names if n not in kept_names] + rank_names)
+        except BaseException:
+            # nothing is handed on from a failed (or interrupted) stage: every actor it
+            # started stops, so that a program calling run() is not left holding them
+            stop_actors(
+                [actor for actor, _ in actors],
+                [config.explorer.name, config.trainer.name],
+                release=trainer_actors.release if trainer_actors is not None else None,
+            )
+            raise
     return summarise(job_dir, results, model_dir)
 
 

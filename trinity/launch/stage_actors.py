@@ -19,6 +19,7 @@ group at the end of the stage) and a trainer that serves an NCCL weight group.
 from __future__ import annotations
 
 import gc
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -88,6 +89,27 @@ class StageActors:
 
         for key in keys:
             ray.kill(self._idle.pop(key))
+
+
+def stop_actors(
+    actors: list[Any], names: list[str], release: Callable[[], list[str]] | None = None
+) -> None:
+    """After a failure: kill each of ``actors``, call ``release`` (which frees what holds
+    them, e.g. a placement group, and returns more actor names) and wait until ``names``
+    are free. An error on the way is logged, not raised: every actor still gets its kill,
+    and the failure that ended the stage stays the one raised."""
+    import ray
+
+    log = logging.getLogger("trinity.launch")
+    for actor in actors:
+        try:
+            ray.kill(actor)
+        except Exception as exc:
+            log.warning("could not kill an actor of the failed stage: %s", exc)
+    try:
+        wait_until_released(names + (release() if release is not None else []))
+    except Exception as exc:
+        log.warning("could not release the failed stage's actors: %s", exc)
 
 
 def wait_until_released(names: list[str], timeout: float = 10.0) -> None:
