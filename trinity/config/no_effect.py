@@ -21,6 +21,7 @@ from typing import Any
 from trinity.config.algorithm_defaults import ALGORITHM_DEFAULTS
 from trinity.config.part_args.policy_loss import BATCH_GEOMETRY
 from trinity.config.schema import STAGE_SECTIONS, Config
+from trinity.config.schema.buffer import RolloutArgs
 from trinity.config.typed_yaml import field_types, to_plain
 
 _ONE_ENGINE = "one engine here: the transformers engine serves every engine_type"
@@ -62,6 +63,19 @@ _QUEUE_KEYS = (
     "replay_buffer.priority_fn_args",
     "replay_buffer.reuse_cooldown_time",
 )
+_QUEUE_LIMITS = ("capacity", "max_read_timeout")
+# what a taskset gives each of its tasks: the trainer's storages hold experiences or
+# dataset rows, which no workflow runs
+_TASK_KEYS = (
+    *(f"rollout_args.{f.name}" for f in dataclasses.fields(RolloutArgs)),
+    "workflow_args",
+    "reward_fn_args",
+    "default_workflow_type",
+    "default_reward_fn_type",
+    "repeat_times",
+    "is_eval",
+)
+_WHOLE_DATA = "queue-only: {} holds all its rows from the start, so no read waits or overflows"
 
 NO_EFFECT: dict[str, str] = {
     # explorer engines
@@ -90,6 +104,27 @@ NO_EFFECT: dict[str, str] = {
     **{
         f"{storage}.total_epochs": "only auxiliary buffers; tasksets pass buffer.total_epochs times"
         for storage in _STORAGES[:4]
+    },
+    **{
+        f"{taskset}.{key}": _WHOLE_DATA.format("a taskset (file or sql)")
+        for taskset in _STORAGES[:3]
+        for key in _QUEUE_LIMITS
+    },
+    **{
+        f"{_STORAGES[3]}.{key}": "a task setting: the trainer reads experiences, never tasks"
+        for key in _TASK_KEYS
+    },
+    **{
+        f"{_STORAGES[4]}.{key}": "a task setting: an auxiliary buffer holds SFT rows, never tasks"
+        for key in _TASK_KEYS
+    },
+    **{
+        f"{_STORAGES[4]}.{key}": _WHOLE_DATA.format("an auxiliary buffer (file or sql)")
+        for key in _QUEUE_LIMITS
+    },
+    **{
+        f"{_STORAGES[4]}.{key}": "an auxiliary buffer is read in its selector's order"
+        for key in _QUEUE_KEYS
     },
     # trainer
     "trainer.trainer_type": "verl and torch name the same built-in trainer",

@@ -12,6 +12,11 @@ A name match is not proof of effect: ``actor.strategy`` matches the sample strat
 ``.strategy``. Such keys were judged by hand and are listed in NO_EFFECT anyway; they
 appear in ``NAME_READ_FOR_SOMETHING_ELSE`` with the file whose match is unrelated, and
 the test checks that file still holds that match.
+
+A storage (taskset, experience buffer, auxiliary buffer) is one dataclass with one set of
+fields, but each kind of storage is handed to other modules: a field is read for a kind
+only when a module that gets a storage of that kind (``STORAGE_READERS``) reads its name.
+A taskset's ``capacity`` is not read because the experience buffer's is.
 """
 
 from __future__ import annotations
@@ -37,14 +42,58 @@ _STORAGES += [
     "buffer.explorer_input.eval_tasksets[]",
     "buffer.trainer_input.experience_buffer",
 ]
-_QUEUE_NAMES = {
-    "use_priority_queue",
-    "reuse_cooldown_time",
-    "enable",
-    "priority_fn",
-    "priority_fn_args",
+
+# each kind of storage -> the modules handed a storage of that kind (a StorageConfig)
+_ROW_READER = "buffer/task_reader.py"  # TasksetReader: a taskset's tasks, a dataset's rows
+_TASKSET_READERS = (
+    _ROW_READER,
+    "explorer/explorer.py",  # make_taskset_reader, the eval tasksets
+    "launch/stage.py",  # the task pipeline's output taskset
+    "trainer/trainer.py",  # the taskset's sampling temperature
+    "cli/debug.py",
+)
+_DATASET_READERS = (  # trainer datasets: mode train's experience buffer, auxiliary buffers
+    _ROW_READER,
+    "trainer/dataset_steps.py",
+    "trainer/sft_data.py",
+    "trainer/train_input.py",
+)
+STORAGE_READERS = {
+    **{
+        taskset: _TASKSET_READERS
+        for taskset in (
+            "buffer.explorer_input.taskset",
+            "buffer.explorer_input.tasksets[]",
+            "buffer.explorer_input.eval_tasksets[]",
+        )
+    },
+    "buffer.trainer_input.experience_buffer": (
+        *_DATASET_READERS,
+        "buffer/experience_buffer.py",  # make_experience_buffer: queue, sql, file
+        "launch/buffer_actor.py",
+        "launch/roles.py",  # the trainer's read timeout
+        "launch/stage.py",
+        "explorer/serve.py",
+    ),
+    "buffer.trainer_input.auxiliary_buffers.<name>": _DATASET_READERS,
 }
-_QUEUE_READER = "buffer/experience_buffer.py"
+_DATASETS = (
+    "buffer.trainer_input.experience_buffer",
+    "buffer.trainer_input.auxiliary_buffers.<name>",
+)
+# fields TasksetReader copies into each Task; the trainer's DatasetSource keeps only the
+# row and its index (task.raw, task.index), so a dataset's reader reads them for nothing
+_TASK_ONLY = frozenset(
+    {
+        "rollout_args",
+        "workflow_args",
+        "reward_fn_args",
+        "repeat_times",
+        "is_eval",
+        "default_workflow_type",
+        "default_reward_fn_type",
+    }
+)
 
 # key -> the config module that reads it and turns it into the keys the run reads
 CONSUMED_IN_CONFIG = {
@@ -96,9 +145,13 @@ NAME_READ_FOR_SOMETHING_ELSE = {
     "trainer.trainer_config.actor_rollout_ref.actor.optim.total_training_steps": (
         "trainer/critic.py"
     ),
-    # the experience buffer's priority queue; the auxiliary buffers' passes
-    **{key: _QUEUE_READER for key in NO_EFFECT if key.rsplit(".", 1)[-1] in _QUEUE_NAMES},
-    **{key: "trainer/train_input.py" for key in NO_EFFECT if key.endswith(".total_epochs")},
+    # buffer.total_epochs, which the explorer passes to each taskset's reader; the
+    # auxiliary buffers' passes
+    **{
+        key: "explorer/explorer.py" if "explorer_input" in key else "trainer/train_input.py"
+        for key in NO_EFFECT
+        if key.endswith(".total_epochs")
+    },
 }
 
 
@@ -126,9 +179,37 @@ def _name(key: str) -> str:
     return key.rsplit(".", 1)[-1].removesuffix("[]")
 
 
+def _storage_field(key: str) -> tuple[str, str] | None:
+    """``(storage, field)`` of a key inside a storage: the storage's own field it is or
+    lies in (``rollout_args`` for ``<storage>.rollout_args.temperature``)."""
+    for storage in STORAGE_READERS:
+        if key.startswith(f"{storage}."):
+            return storage, key.removeprefix(f"{storage}.").split(".")[0]
+    return None
+
+
+def _storage_readers(storage: str, field: str) -> list[str]:
+    """The modules handed a storage of this kind that read ``field``."""
+    pattern = re.compile(rf"\.{field}\b|[\"']{field}[\"']")
+    readers = [file for file in STORAGE_READERS[storage] if pattern.search(_sources()[file])]
+    if storage in _DATASETS and field in _TASK_ONLY:
+        readers = [file for file in readers if file != _ROW_READER]
+    return sorted(readers)
+
+
 @pytest.mark.parametrize("key", _leaf_keys())
 def test_every_key_is_read_or_listed_as_without_effect(key: str) -> None:
-    if key in NO_EFFECT or _readers(_name(key)):
+    if key in NO_EFFECT:
+        return
+    found = _storage_field(key)
+    if found is not None and key not in CONSUMED_IN_CONFIG:
+        storage, field = found
+        assert _storage_readers(storage, field), (
+            f"{key}: no module handed a {storage} reads '{field}' "
+            f"({', '.join(STORAGE_READERS[storage])}): wire it into the run, or list it in "
+            "trinity/config/no_effect.py with the reason it has no effect"
+        )
+    if _readers(_name(key)):
         return
     module = CONSUMED_IN_CONFIG.get(key)
     assert module is not None, (
@@ -143,7 +224,8 @@ def test_every_key_is_read_or_listed_as_without_effect(key: str) -> None:
 def test_no_effect_entries_are_schema_keys_nothing_reads(key: str) -> None:
     assert key in _leaf_keys(), f"{key} is not a leaf key of the schema"
     assert NO_EFFECT[key], f"{key} needs a reason"
-    readers = _readers(_name(key))
+    found = _storage_field(key)
+    readers = _storage_readers(*found) if found else _readers(_name(key))
     unrelated = NAME_READ_FOR_SOMETHING_ELSE.get(key)
     if unrelated is None:
         assert not readers, f"{key} is listed as without effect but {readers} read its name"
@@ -154,6 +236,17 @@ def test_no_effect_entries_are_schema_keys_nothing_reads(key: str) -> None:
 def test_consumed_keys_are_schema_keys() -> None:
     assert set(CONSUMED_IN_CONFIG) <= set(_leaf_keys())
     assert not set(CONSUMED_IN_CONFIG) & set(NO_EFFECT)
+
+
+def test_storage_readers_name_every_storage_and_existing_modules() -> None:
+    assert set(STORAGE_READERS) == set(_STORAGES)
+    named = {file for files in STORAGE_READERS.values() for file in files}
+    assert named <= set(_sources()), named - set(_sources())
+    # a dataset's rows reach the trainer as (task.raw, task.index); the other Task
+    # fields are what _TASK_ONLY names
+    used = set(re.findall(r"\btask\.(\w+)", _sources()["trainer/sft_data.py"]))
+    assert used == {"raw", "index"}
+    assert all(_storage_readers("buffer.explorer_input.taskset", f) for f in _TASK_ONLY)
 
 
 def _with_veRL_keys(data: dict[str, Any]) -> dict[str, Any]:
@@ -226,3 +319,21 @@ def test_gpu_only_keys_are_reported_on_a_cpu_config_only(minimal: dict[str, Any]
     ]
     minimal["cluster"] = {**minimal.get("cluster", {}), "gpu_per_node": 1}
     assert set_without_effect(config_from_dict(minimal)) == []
+
+
+def test_a_storage_key_of_another_kind_of_storage_is_reported(minimal: dict[str, Any]) -> None:
+    # capacity and max_read_timeout are queue settings; rollout_args and workflow_args
+    # are given to the tasks a taskset's workflow runs
+    minimal["buffer"]["explorer_input"]["taskset"].update(capacity=50, max_read_timeout=5)
+    minimal["buffer"]["trainer_input"]["experience_buffer"].update(
+        rollout_args={"temperature": 0.5}, workflow_args={"max_turns": 3}
+    )
+    found = dict(set_without_effect(config_from_dict(minimal)))
+    assert list(found) == [
+        "buffer.explorer_input.taskset.max_read_timeout",
+        "buffer.explorer_input.taskset.capacity",
+        "buffer.trainer_input.experience_buffer.rollout_args.temperature",
+        "buffer.trainer_input.experience_buffer.workflow_args",
+    ]
+    assert found["buffer.explorer_input.taskset.capacity"].startswith("queue-only: a taskset")
+    assert "never tasks" in found["buffer.trainer_input.experience_buffer.workflow_args"]
