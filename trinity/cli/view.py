@@ -7,7 +7,8 @@
 ``--db`` takes a SQLite file, a SQLAlchemy URL (PostgreSQL works), a JSON-lines file
 of experiences, or a directory holding one of those (a job directory is searched in
 its ``buffer/``). Each experience shows its prompt, response, reward, model_version and
-the log-probability of every response token.
+the log-probability of every response token. A row that is not a stored experience (a
+line of bad JSON, a row another tool wrote) is shown in its place as a one-line notice.
 """
 
 from __future__ import annotations
@@ -82,6 +83,9 @@ def run_view(args: argparse.Namespace) -> int:
             sys.stdout.write(page_text(source.page(args.offset, args.limit), source.count(), path))
             return 0
         return _serve(source, args)
+    except ViewSourceError as exc:  # a database that cannot be read past its first look
+        print(f"trinity view: {exc}", file=sys.stderr)
+        return 1
     finally:
         source.close()
 

@@ -2,22 +2,39 @@
 
 A source is a SQL database (a SQLite file or any SQLAlchemy URL; table ``experience``
 unless told otherwise) or a JSON-lines file of experiences. Rows are decoded with the
-buffer's own codecs: nothing is unpickled. With a tokenizer, each response token is
-shown as text next to its log-probability; without one, as its id.
+buffer's own codecs: nothing is unpickled. A JSON-lines file is paged through its index
+of line offsets (``line_index.py``), so a page decodes only its own lines. A row that is
+not a stored experience (bad JSON, a tensor of the wrong size, a reward that is not a
+number) comes back in its place as a ``RowProblem`` with a one-line message, so one bad
+row never hides the others. With a tokenizer, each response token is shown as text next
+to its log-probability; without one, as its id.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from trinity.buffer.jsonl import JsonlReader
+from sqlalchemy import inspect, select
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from trinity.buffer.codec import experience_from_dict
 from trinity.buffer.schema import EXPERIENCE_TABLE
-from trinity.buffer.sql_storage import SQLExperienceStorage
+from trinity.buffer.sql_storage import SQLExperienceStorage, open_engine
 from trinity.types import Experience
+from trinity.view.line_index import LineIndex
+
+# what decoding a row that is not a stored experience raises (JSON, codec, torch's shape
+# check, a reward or model_version that is not a number); RecursionError is a RuntimeError
+MALFORMED = (ValueError, KeyError, TypeError, AttributeError, RuntimeError)
+# the largest row offset SQL takes (a 64-bit integer); a larger one is past every table
+MAX_OFFSET = 2**63 - 1
 
 
 @dataclass
@@ -75,6 +92,21 @@ class ExperienceView:
         }
 
 
+@dataclass
+class RowProblem:
+    """Row ``index`` of the source, which is not a stored experience: ``message`` says
+    where (file and line, or table and row id) and why, in one line."""
+
+    index: int
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "error": self.message}
+
+
+Row = ExperienceView | RowProblem
+
+
 class ViewSourceError(ValueError):
     """The path given to ``trinity view`` holds no experiences it can read."""
 
@@ -91,32 +123,78 @@ class ExperienceSource:
         self.path = path
         self.decode = decode
         self._storage: SQLExperienceStorage | None = None
-        self._jsonl: JsonlReader | None = None
+        self._lines: LineIndex | None = None
         if path.endswith((".jsonl", ".json")) and "://" not in path:
             if not os.path.isfile(path):
                 raise ViewSourceError(f"no experience file at '{path}'")
-            self._jsonl = JsonlReader(path)
+            self._lines = LineIndex(path)
         else:
             if "://" not in path and not os.path.isfile(path):
                 raise ViewSourceError(
                     f"no database at '{path}'; give a SQLite file, a SQLAlchemy URL, or a .jsonl file"
                 )
-            self._storage = SQLExperienceStorage(path, table_name=table)
+            with _database_errors(path):
+                _check_table(path, table)
+                self._storage = SQLExperienceStorage(path, table_name=table)
 
     def count(self) -> int:
+        """The number of rows; raises ViewSourceError when the source cannot be read."""
         if self._storage is not None:
-            return self._storage.count()
-        return len(self._jsonl_all())
+            with _database_errors(self.path):
+                return self._storage.count()
+        assert self._lines is not None
+        try:
+            return self._lines.refresh()  # the file may still be growing while a run writes it
+        except OSError as exc:
+            raise ViewSourceError(f"cannot read '{self.path}': {exc.strerror or exc}") from exc
 
-    def page(self, offset: int, limit: int) -> list[ExperienceView]:
+    def page(self, offset: int, limit: int) -> list[Row]:
+        """Rows ``offset`` to ``offset + limit - 1`` (fewer past the end; a negative
+        offset reads from 0), each an ``ExperienceView`` or, where the row is not a
+        stored experience, a ``RowProblem``."""
         offset, limit = max(0, offset), max(0, limit)
+        if offset > MAX_OFFSET or limit == 0:
+            return []
         if self._storage is not None:
-            exps = self._storage.read(limit, offset=offset)
-        else:
-            exps = self._jsonl_all()[offset : offset + limit]
-        return [self.view(offset + i, exp) for i, exp in enumerate(exps)]
+            with _database_errors(self.path):
+                return list(self._sql_rows(offset, limit))
+        try:
+            return list(self._jsonl_rows(offset, limit))
+        except OSError as exc:
+            raise ViewSourceError(f"cannot read '{self.path}': {exc.strerror or exc}") from exc
+
+    def _jsonl_rows(self, offset: int, limit: int) -> Iterator[Row]:
+        assert self._lines is not None
+        self._lines.refresh()
+        for index, (number, raw) in enumerate(self._lines.lines(offset, limit), start=offset):
+            try:
+                obj = json.loads(raw)
+                if not isinstance(obj, dict):
+                    raise TypeError(f"expected a JSON object, got {type(obj).__name__}")
+                yield self.view(index, experience_from_dict(obj))
+            except MALFORMED as exc:
+                where = f"{self.path}, line {number}"
+                yield RowProblem(index, f"{where}: not a stored experience ({_describe(exc)})")
+
+    def _sql_rows(self, offset: int, limit: int) -> Iterator[Row]:
+        # the ids first, then each row on its own: a column that does not decode (JSON
+        # that is not JSON) fails while its row is fetched, and only that row
+        storage = self._storage
+        assert storage is not None
+        model = storage.model
+        ids = select(model.id).order_by(model.id).offset(offset).limit(limit)
+        with Session(storage.engine) as sess:
+            for index, row_id in enumerate(list(sess.scalars(ids)), start=offset):
+                try:
+                    row = sess.scalars(select(model).where(model.id == row_id)).one()
+                    yield self.view(index, row.to_experience())
+                except MALFORMED as exc:
+                    where = f"{storage.url}, table '{storage.table_name}', row id {row_id}"
+                    yield RowProblem(index, f"{where}: not a stored experience ({_describe(exc)})")
 
     def view(self, index: int, exp: Experience) -> ExperienceView:
+        """What the viewer shows of ``exp``; raises one of ``MALFORMED`` for values no
+        stored experience holds (a reward that is not a number, tokens that are not ids)."""
         response_ids = [int(t) for t in exp.response_tokens.tolist()]
         texts = self.decode(response_ids) if self.decode else [f"<{t}>" for t in response_ids]
         logprobs = _values(exp.logprobs, len(response_ids))
@@ -144,12 +222,12 @@ class ExperienceSource:
         return ExperienceView(
             index=index,
             eid=str(exp.eid),
-            model_version=exp.model_version,
-            reward=exp.reward,
+            model_version=_number("model_version", exp.model_version, int),
+            reward=None if exp.reward is None else _number("reward", exp.reward, float),
             prompt=prompt,
             response=response,
             tokens=tokens,
-            prompt_length=exp.prompt_length,
+            prompt_length=_number("prompt_length", exp.prompt_length, int),
             metrics=dict(exp.metrics),
             info={k: v for k, v in exp.info.items() if k != "model_version"},
         )
@@ -158,10 +236,30 @@ class ExperienceSource:
         if self._storage is not None:
             self._storage.close()
 
-    def _jsonl_all(self) -> list[Experience]:
-        # re-read each time: the file may still be growing while a run writes it
-        assert self._jsonl is not None
-        return self._jsonl.read_all()
+
+@contextlib.contextmanager
+def _database_errors(path: str) -> Iterator[None]:
+    """A database that cannot be read at all (not a database, columns of another
+    table) as a one-line ViewSourceError instead of SQLAlchemy's traceback."""
+    try:
+        yield
+    except SQLAlchemyError as exc:
+        cause = getattr(exc, "orig", None) or exc
+        first = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+        raise ViewSourceError(f"cannot read the database '{path}': {first}") from exc
+
+
+def _check_table(path: str, table: str) -> None:
+    """Refuse a database without ``table``, which the storage would otherwise create empty."""
+    engine = open_engine(path)
+    try:
+        if not inspect(engine).has_table(table):
+            names = inspect(engine).get_table_names()
+            raise ViewSourceError(
+                f"no table '{table}' in '{path}'; its tables: {names or 'none'} (choose one with --table)"
+            )
+    finally:
+        engine.dispose()
 
 
 def tokenizer_decoder(tokenizer_path: str) -> Callable[[list[int]], list[str]]:
@@ -174,6 +272,21 @@ def tokenizer_decoder(tokenizer_path: str) -> Callable[[list[int]], list[str]]:
         return [tokenizer.decode([i]) for i in ids]
 
     return decode
+
+
+def _number(name: str, value: Any, kind: type[int] | type[float]) -> Any:
+    try:
+        return kind(value)
+    except (TypeError, ValueError) as exc:
+        what = "an integer" if kind is int else "a number"
+        raise ValueError(f"{name} is {value!r}, not {what}") from exc
+
+
+def _describe(exc: BaseException) -> str:
+    """``exc`` in one line of at most 300 characters."""
+    text = f"missing key {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+    text = " ".join(text.split())
+    return text if len(text) <= 300 else text[:299] + "\u2026"
 
 
 def _values(tensor: Any, n: int) -> list[Any]:

@@ -2,7 +2,8 @@
 
 In HTML each response token is a box with its logprob underneath, shaded by its
 probability ``exp(logprob)``: green near 1, red near 0; tokens outside ``action_mask``
-are struck through, and hovering shows id, logprob, probability and advantage.
+are struck through, and hovering shows id, logprob, probability and advantage. A row
+that is not a stored experience is shown in its place as its one-line problem.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 import math
 from urllib.parse import urlencode
 
-from trinity.view.records import ExperienceView, json_safe
+from trinity.view.records import ExperienceView, Row, RowProblem, json_safe
 
 
 def fmt(x: float | None, digits: int = 3) -> str:
@@ -40,12 +41,18 @@ def experience_text(view: ExperienceView, token_limit: int | None = None) -> str
     return "\n".join(lines)
 
 
-def page_text(views: list[ExperienceView], total: int, source: str) -> str:
-    if not views:
-        return f"{source}: {total} experiences; nothing at this offset"
-    first, last = views[0].index, views[-1].index
+def page_text(rows: list[Row], total: int, source: str) -> str:
+    if not rows:
+        return f"{source}: {total} experiences; nothing at this offset\n"
+    first, last = rows[0].index, rows[-1].index
     header = f"{source}: experiences {first}-{last} of {total}"
-    return "\n\n".join([header] + [experience_text(v, token_limit=64) for v in views]) + "\n"
+    texts = [
+        f"#{r.index}  {r.message}"
+        if isinstance(r, RowProblem)
+        else experience_text(r, token_limit=64)
+        for r in rows
+    ]
+    return "\n\n".join([header, *texts]) + "\n"
 
 
 def _indent(text: str) -> str:
@@ -65,6 +72,7 @@ pre { white-space: pre-wrap; background: #f6f6f6; padding: 8px; overflow-wrap: a
 .tok .lp { display: block; font-size: 70%; color: #555; }
 .untrained { text-decoration: line-through; opacity: 0.6; }
 .nav a { margin-right: 1em; }
+.problem { color: #a00; }
 """
 
 
@@ -100,9 +108,15 @@ def token_html(view: ExperienceView) -> str:
     return "".join(spans)
 
 
-def list_html(views: list[ExperienceView], total: int, offset: int, limit: int, source: str) -> str:
+def list_html(views: list[Row], total: int, offset: int, limit: int, source: str) -> str:
     rows = []
     for v in views:
+        if isinstance(v, RowProblem):
+            rows.append(
+                f"<tr><td>{v.index}</td>"
+                f"<td class='problem' colspan='6'>{html.escape(v.message)}</td></tr>"
+            )
+            continue
         rows.append(
             "<tr>"
             f"<td><a href='/experience/{v.index}'>{v.index}</a></td>"
@@ -130,20 +144,17 @@ def list_html(views: list[ExperienceView], total: int, offset: int, limit: int, 
     return _page("trinity view", body)
 
 
-def detail_html(view: ExperienceView, total: int) -> str:
-    nav = []
-    if view.index > 0:
-        nav.append(f"<a href='/experience/{view.index - 1}'>previous</a>")
-    nav.append(f"<a href='/?offset={view.index}'>list</a>")
-    if view.index + 1 < total:
-        nav.append(f"<a href='/experience/{view.index + 1}'>next</a>")
+def detail_html(view: Row, total: int) -> str:
+    if isinstance(view, RowProblem):
+        body = f"<p class='problem'>{html.escape(view.message)}</p>"
+        return _page(f"experience {view.index}", _detail_nav(view.index, total) + body)
     facts = (
         f"eid {html.escape(view.eid)} &middot; model_version {view.model_version} &middot; "
         f"reward {fmt(view.reward)} &middot; mean logprob {fmt(view.mean_logprob)} &middot; "
         f"{len(view.tokens)} response tokens"
     )
     body = (
-        f"<p class='nav'>{''.join(nav)}</p><h1>Experience {view.index}</h1><p>{facts}</p>"
+        f"{_detail_nav(view.index, total)}<h1>Experience {view.index}</h1><p>{facts}</p>"
         f"<h2>Prompt</h2><pre>{html.escape(view.prompt)}</pre>"
         f"<h2>Response</h2><pre>{html.escape(view.response)}</pre>"
         "<h2>Response tokens</h2><p>shade: probability of the token under the rollout policy "
@@ -153,6 +164,16 @@ def detail_html(view: ExperienceView, total: int) -> str:
         f"<h2>Info</h2><pre>{html.escape(json.dumps(json_safe(view.info), indent=2, sort_keys=True))}</pre>"
     )
     return _page(f"experience {view.index}", body)
+
+
+def _detail_nav(index: int, total: int) -> str:
+    nav = []
+    if index > 0:
+        nav.append(f"<a href='/experience/{index - 1}'>previous</a>")
+    nav.append(f"<a href='/?offset={index}'>list</a>")
+    if index + 1 < total:
+        nav.append(f"<a href='/experience/{index + 1}'>next</a>")
+    return f"<p class='nav'>{''.join(nav)}</p>"
 
 
 def _clip(text: str, limit: int = 200) -> str:
