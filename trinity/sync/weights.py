@@ -175,6 +175,34 @@ def latest_on_disk(job_dir: Path) -> int:
     return max((v for v in versions if v), default=0)
 
 
+def read_version(job_dir: Path, version: int) -> tuple[int, dict[str, torch.Tensor]]:
+    """(version, weights) from ``global_step_<version>/actor`` (weights-only or a full
+    checkpoint's rank files). A newer publish deletes the weights-only saves before it,
+    so when the directory vanished before or while it was read, the newest version on
+    disk is read instead and returned with its weights."""
+    from trinity.trainer.checkpoint_merge import (
+        CheckpointFormatError,
+        load_fsdp_state_dict_from_verl_checkpoint,
+    )
+
+    while True:
+        directory = ckpt.step_dir(job_dir, version)
+        try:
+            state = load_fsdp_state_dict_from_verl_checkpoint(directory / "actor")
+            if directory.exists():  # still there: it was there throughout (renamed away whole)
+                return version, state
+        except (FileNotFoundError, CheckpointFormatError):
+            if directory.exists():
+                raise
+        newest = latest_on_disk(job_dir)
+        if newest <= version:
+            raise FileNotFoundError(
+                f"policy version {version} ({directory}) was deleted and no newer one was "
+                f"published in {job_dir}"
+            )
+        version = newest
+
+
 class WeightReceiver:
     """The explorer's end: fetches the version a step needs and returns full weights."""
 
@@ -305,13 +333,7 @@ class WeightReceiver:
         elif weights is not None:  # also when a full slot sent the trainer to the store
             state = from_object_store(ray.get(weights[0]))
         else:  # checkpoint sync: the trainer wrote the weights to disk
-            from trinity.trainer.checkpoint_merge import load_fsdp_state_dict_from_verl_checkpoint
-
-            # a full checkpoint of the same step replaces the weights-only file with
-            # one shard per trainer rank; this reads either
-            state = load_fsdp_state_dict_from_verl_checkpoint(
-                ckpt.step_dir(self.job_dir, version) / "actor"
-            )
+            version, state = read_version(self.job_dir, version)
         return version, self.full_weights(state)
 
     def release(self) -> None:

@@ -48,6 +48,7 @@ def save_checkpoint(trainer: Trainer, job_dir: Path, step: int, keep: int | None
         hf_save=partial(save_hf_model if "hf_model" in save else save_hf_config, trainer),
     )
     ckpt.write_json_atomic(Path(job_dir) / "trainer_meta.json", {"latest_iteration": step})
+    _record_weights(trainer, job_dir, step)
     ckpt.prune_checkpoints(job_dir, keep)
     if trainer.critic is not None:
         ckpt.prune_critics(
@@ -59,11 +60,21 @@ def save_checkpoint(trainer: Trainer, job_dir: Path, step: int, keep: int | None
 
 def save_state_dict(trainer: Trainer, job_dir: Path, step: int) -> Path:
     """Weights only, for checkpoint-based synchronisation: the full state in one
-    file (``model_world_size_1_rank_0.pt``) however many ranks train."""
+    file (``model_world_size_1_rank_0.pt``) however many ranks train.
+
+    When ``global_step_<step>`` is a full checkpoint of the current weights (saved or
+    resumed from by this trainer) only the pointer moves: the explorer reads the
+    weights from it, and its optimizer and extra state stay. A full checkpoint of other
+    weights (an earlier run's, ``resume_mode: disable``) is replaced. Afterwards the
+    weights-only saves no pointer names are deleted."""
+    if _holds_the_weights(trainer, job_dir, step):
+        if trainer.rank == 0:
+            ckpt.write_text_atomic(Path(job_dir) / ckpt.LATEST_STATE_DICT, str(step))
+        return ckpt.step_dir(job_dir, step) / "actor"
     weights = weights_for_sync(trainer)
     if trainer.rank > 0:
         return ckpt.step_dir(job_dir, step) / "actor"
-    return ckpt.save_actor_checkpoint(
+    path = ckpt.save_actor_checkpoint(
         job_dir,
         step,
         model_state=weights,
@@ -71,6 +82,24 @@ def save_state_dict(trainer: Trainer, job_dir: Path, step: int) -> Path:
         extra_state=None,
         pointer=ckpt.LATEST_STATE_DICT,
     )
+    ckpt.prune_weights_only(job_dir)
+    return path
+
+
+def _record_weights(trainer: Trainer, job_dir: Path, step: int) -> None:
+    """The full checkpoint ``global_step_<step>`` holds the policy's current weights."""
+    trainer.checkpointed_weights = _weights_at(trainer, job_dir, step)
+
+
+def _holds_the_weights(trainer: Trainer, job_dir: Path, step: int) -> bool:
+    """Whether this trainer saved or resumed from the full checkpoint ``global_step_<step>``
+    since its weights last changed (each train step moves ``trainer.global_step``); the
+    same answer on every rank."""
+    return trainer.checkpointed_weights == _weights_at(trainer, job_dir, step)
+
+
+def _weights_at(trainer: Trainer, job_dir: Path, step: int) -> tuple[Path, int, int]:
+    return (Path(job_dir).resolve(), step, trainer.global_step)
 
 
 def load_checkpoint(trainer: Trainer, job_dir: Path, step: int | None = None) -> int:
@@ -97,6 +126,8 @@ def load_checkpoint(trainer: Trainer, job_dir: Path, step: int | None = None) ->
     if trainer.critic is not None:
         trainer.critic.load(job_dir, step)
     trainer.global_step = step
+    if state is not None:
+        _record_weights(trainer, job_dir, step)
     trainer.logger.info("resumed trainer from step %d", step)
     return trainer.global_step
 
@@ -225,6 +256,7 @@ def _save_sharded(trainer: Trainer, job_dir: Path, step: int, keep: int | None) 
         ckpt.prune_checkpoints(job_dir, keep)
         trainer.logger.info("saved checkpoint %s (%d ranks)", path, trainer.world_size)
     dist.barrier()  # the checkpoint is complete when any rank returns
+    _record_weights(trainer, job_dir, step)
     return path
 
 
@@ -246,6 +278,8 @@ def _load_sharded(trainer: Trainer, job_dir: Path, step: int) -> int:
         distributed.load_local_optimizer_state(trainer.optimizer, trainer.model, shard("optim"))
     _load_extra_state(trainer, shard("extra_state") if "extra" in load else None)
     trainer.global_step = step
+    if state is not None:
+        _record_weights(trainer, job_dir, step)
     trainer.logger.info("resumed trainer rank %d from step %d", trainer.rank, step)
     return trainer.global_step
 

@@ -7,11 +7,18 @@
         extra_state_world_size_<W>_rank_<r>.pt  LR schedule, RNG states, step
         fsdp_config.json                      {"world_size": W, ...}
         huggingface/                          config + tokenizer (+ model.safetensors
-                                              with save_contents hf_model, or after
-                                              ``trinity convert``)
+                                              with save_contents hf_model, after an
+                                              export or ``trinity convert``)
       latest_checkpointed_iteration.txt       newest complete full checkpoint
-      latest_state_dict_iteration.txt         newest weights-only save (checkpoint sync)
+      latest_state_dict_iteration.txt         newest published weights (checkpoint sync)
       trainer_meta.json, explorer_meta.json
+
+A weights-only save (``sync_method: checkpoint``) holds the model file alone, and
+``fsdp_config.json`` says ``"full": false``. It never replaces a full checkpoint's files:
+when the full checkpoint of the same step holds the same weights, only the pointer moves
+(``actor_checkpoint.save_state_dict``). Once a newer one is published, a weights-only
+save no pointer names is deleted (:func:`prune_weights_only`); full checkpoints follow
+``max_actor_ckpt_to_keep`` (:func:`prune_checkpoints`), and a step a pointer names stays.
 
 Commit. A step is written into a temporary sibling ``.global_step_<N>.<random>/``, its
 files and directories are fsynced, and only then is it renamed to ``global_step_<N>``
@@ -24,6 +31,8 @@ some network file systems) the old directory is moved aside to
 it back if a crash came in between. The "latest" pointers move after the rename, each
 written to a temporary file, fsynced and renamed over the old one. A crash (even
 SIGKILL, or power loss) at any point leaves every pointer naming a complete directory.
+An export into an existing step (``huggingface/``) is written beside it and swapped in
+the same way (:func:`write_entries_atomic`).
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ import re
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -139,19 +149,54 @@ def _exchange(a: Path, b: Path) -> bool:
 def restore_replaced(job_dir: Path) -> list[int]:
     """Undo a crash between moving a step aside and renaming its successor into place
     (:func:`replace_dir` without ``RENAME_EXCHANGE``), and delete what interrupted saves
-    and deletions left behind. Run by the job's one writer before it saves."""
+    and deletions left behind; the same in every step's ``actor/`` (an interrupted
+    export, :func:`write_entries_atomic`). Run by the job's one writer before it saves."""
     job_dir = Path(job_dir)
+    restored = _restore_hidden(job_dir, ".global_step_*")
+    for step in list_steps(job_dir):
+        if (step_dir(job_dir, step) / "actor").is_dir():
+            restore_entries(step_dir(job_dir, step) / "actor")
+    return sorted(int(name.rsplit("_", 1)[1]) for name in restored)
+
+
+def restore_entries(parent: Path) -> list[str]:
+    """:func:`restore_replaced` for the entries :func:`write_entries_atomic` writes into
+    ``parent``; returns the names put back."""
+    return _restore_hidden(Path(parent), ".*")
+
+
+def _restore_hidden(directory: Path, pattern: str) -> list[str]:
+    """Rename each ``.<name>.replaced`` back to ``<name>`` where that is missing; delete
+    the other hidden directories matching ``pattern``."""
     restored = []
-    for path in job_dir.glob(".global_step_*"):
-        match = re.fullmatch(rf"\.(global_step_(\d+)){re.escape(_REPLACED)}", path.name)
-        if match and not (job_dir / match[1]).exists():
-            os.rename(path, job_dir / match[1])
-            restored.append(int(match[2]))
+    for path in directory.glob(pattern):
+        name = path.name[1 : -len(_REPLACED)]
+        if path.name.endswith(_REPLACED) and not (directory / name).exists():
+            os.rename(path, directory / name)
+            restored.append(name)
         elif path.is_dir():
             shutil.rmtree(path, ignore_errors=True)
     if restored:
-        fsync_dir(job_dir)
+        fsync_dir(directory)
     return restored
+
+
+def write_entries_atomic(parent: Path, write: Callable[[Path], None]) -> None:
+    """Let ``write(tmp)`` fill a new hidden directory of ``parent`` with directories,
+    then put each in place of its namesake in ``parent`` (:func:`replace_dir`). A crash
+    (even SIGKILL) leaves each one whole, the old or the new (or, without
+    ``RENAME_EXCHANGE``, the old moved aside: :func:`restore_entries` puts it back, as
+    does the next call). For one writer at a time."""
+    parent = Path(parent)
+    parent.mkdir(parents=True, exist_ok=True)
+    restore_entries(parent)
+    tmp = Path(tempfile.mkdtemp(dir=parent, prefix=".writing."))
+    try:
+        write(tmp)
+        for entry in sorted(tmp.iterdir()):
+            replace_dir(entry, parent / entry.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -315,20 +360,39 @@ def checkpoint_world_size(job_dir: Path, step: int) -> int:
 
 
 def prune_checkpoints(job_dir: Path, keep: int | None) -> list[int]:
-    """Delete the oldest full checkpoints beyond ``keep`` (None or <= 0 keeps all)."""
+    """Delete the oldest full checkpoints beyond ``keep`` (None or <= 0 keeps all); a
+    step a pointer names stays."""
     if not keep or keep <= 0:
         return []
-    latest = read_latest(job_dir)
+    named = _named_steps(job_dir)
     complete = [s for s in list_steps(job_dir) if _is_full(job_dir, s)]
-    removed = []
-    for step in complete[:-keep]:
-        if step != latest:
-            # renamed out of sight first: a crash mid-delete leaves no half step behind
-            doomed = Path(tempfile.mkdtemp(dir=job_dir, prefix=f".global_step_{step}.removing."))
-            os.rename(step_dir(job_dir, step), doomed / "step")
-            shutil.rmtree(doomed, ignore_errors=True)
-            removed.append(step)
+    removed = [s for s in complete[:-keep] if s not in named]
+    for step in removed:
+        _remove_step(job_dir, step)
     return removed
+
+
+def prune_weights_only(job_dir: Path) -> list[int]:
+    """Delete the weights-only saves no pointer names. Their one reader, an explorer
+    taking a version, is handed the newer one a pointer names when the files it was
+    about to read are gone (:func:`trinity.sync.weights.read_version`)."""
+    named = _named_steps(job_dir)
+    removed = [s for s in list_steps(job_dir) if s not in named and _is_weights_only(job_dir, s)]
+    for step in removed:
+        _remove_step(job_dir, step)
+    return removed
+
+
+def _named_steps(job_dir: Path) -> set[int | None]:
+    return {read_latest(job_dir, p) for p in (LATEST_CHECKPOINT, LATEST_STATE_DICT)}
+
+
+def _remove_step(job_dir: Path, step: int) -> None:
+    """Renamed out of sight first: a crash mid-delete leaves no half step behind (the
+    leftover is deleted by the next save, :func:`restore_replaced`)."""
+    doomed = Path(tempfile.mkdtemp(dir=job_dir, prefix=f".global_step_{step}.removing."))
+    os.rename(step_dir(job_dir, step), doomed / "step")
+    shutil.rmtree(doomed, ignore_errors=True)
 
 
 def prune_critics(job_dir: Path, keep: int | None) -> list[int]:
@@ -356,6 +420,13 @@ def _is_full(job_dir: Path, step: int) -> bool:
     if "full" in layout:
         return bool(layout["full"])
     return any(p.name.startswith("optim_world_size_") for p in actor.glob("*.pt"))
+
+
+def _is_weights_only(job_dir: Path, step: int) -> bool:
+    """A committed weights-only save (not a step directory that holds no actor yet,
+    such as a critic saved just before its actor)."""
+    committed = (step_dir(job_dir, step) / "actor" / "fsdp_config.json").exists()
+    return committed and not _is_full(job_dir, step)
 
 
 def load_actor_shard(job_dir: Path, step: int, kind: str, world_size: int = 1, rank: int = 0):

@@ -104,6 +104,8 @@ class Trainer:
         self.rank = rank_info.rank if rank_info else 0
         self.world_size = rank_info.world_size if rank_info else 1
         self.skipped_rows = 0  # rows of the last mini-batch left out of backward
+        # (job dir, step, global_step) of the full checkpoint holding the current weights
+        self.checkpointed_weights: tuple[Path, int, int] | None = None
         algo = config.algorithm
         tc = config.trainer.trainer_config
         actor_cfg = tc.actor_rollout_ref.actor
