@@ -4,8 +4,18 @@
     trinity studio --port 8080 --host 0.0.0.0   # reachable from other machines
 
 Replaces this process with ``streamlit run trinity/studio/app.py`` (Streamlit is the
-optional ``studio`` extra), so Ctrl-C and signals reach the server directly. The server binds 127.0.0.1 unless ``--host`` says otherwise:
-the page has no login, so reaching it from the network is a choice, not a default.
+optional ``studio`` extra), so Ctrl-C and signals reach the server directly. The server
+binds 127.0.0.1 unless ``--host`` says otherwise: the page has no login, so reaching it
+from the network is a choice, not a default.
+
+Streamlit's own checks are on, named on the command line so that no Streamlit config
+file turns them off: ``server.enableCORS`` (the app's websocket opens only from the
+page's own origin), ``server.enableXsrfProtection`` (an upload needs the session's
+token) and, on a loopback address, ``server.allowedHosts`` (the websocket opens only for
+a Host header naming localhost, 127.0.0.1 or [::1], so a page that rebinds its own name
+to 127.0.0.1 cannot drive the app; Streamlit releases that lack the option skip it).
+Streamlit still serves its static page and ``/_stcore/health`` to any Host; the form and
+its values travel only over the websocket.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ import sys
 from pathlib import Path
 
 import trinity.studio
+from trinity.utils.hosts import allowed_hosts
 
 APP = Path(trinity.studio.__file__).with_name("app.py")
 DEFAULT_HOST = "127.0.0.1"
@@ -25,6 +36,11 @@ DEFAULT_PORT = 8080
 
 def studio_command(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> list[str]:
     """The ``streamlit run`` command line of the Studio."""
+    hosts = allowed_hosts(host)
+    host_check: list[str] = []
+    if hosts is not None and _streamlit_knows("server.allowedHosts"):
+        for name in hosts:
+            host_check += ["--server.allowedHosts", name]
     return [
         sys.executable,
         "-m",
@@ -45,7 +61,22 @@ def studio_command(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> list[s
         "false",
         "--client.toolbarMode",
         "minimal",
+        "--server.enableCORS",
+        "true",
+        "--server.enableXsrfProtection",
+        "true",
+        *host_check,
     ]
+
+
+def _streamlit_knows(option: str) -> bool:
+    """Whether the installed Streamlit has config ``option`` (read from its source:
+    importing Streamlit takes seconds, and ``streamlit run`` refuses an unknown flag)."""
+    spec = importlib.util.find_spec("streamlit")
+    if spec is None or spec.origin is None:
+        return False
+    config = Path(spec.origin).with_name("config.py")
+    return config.is_file() and f'"{option}"' in config.read_text(encoding="utf-8")
 
 
 def _cmd_studio(args: argparse.Namespace) -> int:

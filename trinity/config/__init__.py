@@ -8,7 +8,15 @@ conversion to dataclasses -> ``resolve`` (pure derived values) -> ``validate``.
 """
 
 from trinity.config.errors import ConfigError
-from trinity.config.loader import config_from_dict, load_config, read_config, to_dict, to_yaml
+from trinity.config.loader import (
+    config_from_dict,
+    finish_config,
+    load_config,
+    read_config,
+    read_written,
+    to_dict,
+    to_yaml,
+)
 from trinity.config.report import dry_run_report
 from trinity.config.resolve import job_dir, resolve
 from trinity.config.schema import *  # noqa: F403  (the section classes)
@@ -21,9 +29,11 @@ __all__ = [
     "config_from_dict",
     "dry_run_report",
     "expand_stages",
+    "finish_config",
     "job_dir",
     "load_config",
     "read_config",
+    "read_written",
     "resolve",
     "to_dict",
     "to_yaml",

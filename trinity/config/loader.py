@@ -46,14 +46,36 @@ def load_config(
     Raises:
         ConfigError: anything wrong with the file, an override, or the resulting config.
     """
+    return finish_config(read_config(path, overrides), now=now)
+
+
+def finish_config(written: Config, *, now: datetime | None = None) -> Config:
+    """Resolve and validate a config as read (``read_config``, ``config_from_dict``),
+    stages included: what ``load_config`` checks after reading the file.
+
+    Raises:
+        ConfigError: anything wrong with the resulting config.
+    """
     now = now or datetime.now()
-    written = read_config(path, overrides)
     resolved = resolve(written, now=now)
     validate(resolved)
     if resolved.stages:
         expand_stages(resolved, now=now)  # a broken stage fails now, not hours into the run
     log_config_notes(written)  # older spellings and contradictions, one line each
     return resolved
+
+
+def read_written(path: str | Path) -> dict[str, Any]:
+    """The data of a config file as written: interpolations stay text (``"${oc.env:X}"``)
+    and no file a key names is read. For a server that reads configs it was sent
+    (Trinity Studio), where resolving would show this machine's environment and files.
+
+    Raises:
+        ConfigError: the file is missing, not YAML, or not a mapping.
+    """
+    data = OmegaConf.to_container(_load_yaml(Path(path)), resolve=False)
+    assert isinstance(data, dict)
+    return data
 
 
 def read_config(path: str | Path, overrides: Sequence[str] = ()) -> Config:

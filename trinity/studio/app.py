@@ -44,6 +44,10 @@ GENERATED = "studio_generated"
 LOADED_FILE = "studio_loaded_file"
 WIDGET = "field:"  # widget keys are "field:<dotted path>"
 BEGINNER, EXPERT = "Beginner Mode", "Expert Mode"
+KEPT_AS_WRITTEN = (
+    "Interpolations such as ${oc.env:VAR} are kept as written: `trinity run` resolves them "
+    "on the machine that runs it, as it reads the files that *_path keys name there."
+)
 
 
 @st.cache_resource
@@ -195,6 +199,8 @@ def main() -> None:
         if target is not None:
             warnings[target] = str(error)
 
+    if any("${" in str(value) for value in values.values()):
+        st.info(KEPT_AS_WRITTEN, icon="ℹ️")
     (_beginner if mode == BEGINNER else _expert)(fields, values, warnings)
 
     st.divider()
