@@ -2,8 +2,11 @@
 
 Each key through the real parts: ``auto_start`` and ``port`` start
 ``python -m trinity.service.data_juicer.server`` from the task pipeline, ``server_url``
-sends an experience pipeline's rows to a server this module starts, and a URL where
-nothing listens fails in one line naming the key. (Data-Juicer in the pipeline's own
+and ``token`` send an experience pipeline's rows to a server this module starts, and a
+URL where nothing listens fails in one line naming the key. The server answers only
+requests with its token and a loopback Host, runs only its allowlist of operators unless
+``allow_code_operators`` says otherwise, and answers bad operator arguments with a 4xx
+naming the operator. (Data-Juicer in the pipeline's own
 process: tests/unit/pipeline/test_data_juicer.py.) The tests that run Data-Juicer need
 the data_juicer extra (``pip install -e '.[data_juicer]'``, which ``make test``
 installs).
@@ -12,6 +15,8 @@ installs).
 from __future__ import annotations
 
 import importlib.util
+import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -27,7 +32,11 @@ import torch
 from trinity.config import ConfigError, read_config, resolve, validate
 from trinity.config.schema import DataJuicerServiceConfig, ServiceConfig
 from trinity.pipeline import ExperiencePipeline, TaskPipeline
-from trinity.service.data_juicer import DataJuicerMissingError, DataJuicerServiceError
+from trinity.service.data_juicer import (
+    DataJuicerMissingError,
+    DataJuicerService,
+    DataJuicerServiceError,
+)
 from trinity.service.data_juicer.client import PORT_LINE
 from trinity.types import EID, Experience
 
@@ -40,6 +49,11 @@ REPO = Path(__file__).resolve().parents[2]
 NOW = datetime(2025, 1, 1)
 # one process per operator: these batches are tiny
 QUESTION_FILTER = {"text_length_filter": {"min_len": 4, "text_key": "question", "num_proc": 1}}
+TOKEN_ENV = "TRINITY_DATA_JUICER_TOKEN"
+TOKEN = secrets.token_urlsafe(16)
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+# a lambda that writes the id of the service's user into the file {}
+RUN_ID = "lambda s: __import__('os').system('id > {}') or s"
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +65,7 @@ def server_url() -> Iterator[str]:
         [sys.executable, "-m", "trinity.service.data_juicer.server", "--port", "0"],
         stdout=subprocess.PIPE,
         text=True,
+        env={**os.environ, TOKEN_ENV: TOKEN},
     )
     try:
         assert proc.stdout is not None
@@ -74,8 +89,19 @@ def test_auto_start_serves_the_task_pipeline_and_stops_with_it() -> None:
             [{"question": "1+1", "answer": "2"}, {"question": "what is 12*12?", "answer": "144"}]
         )
         assert pipeline.data_juicer is not None
-        url = pipeline.data_juicer.client().url
-        assert httpx.get(f"{url}/health").json()["status"] == "ok"
+        client = pipeline.data_juicer.client()
+        url = client.url
+        # the service's own token, made by the pipeline; no request gets in without it
+        token = client.token
+        assert token
+        auth = {"Authorization": f"Bearer {token}"}
+        assert httpx.get(f"{url}/health", headers=auth).json()["status"] == "ok"
+        assert httpx.get(f"{url}/health").status_code == 401
+        # handed over outside the command line, which any user sees in ps
+        assert not [cmd for cmd in _command_lines() if token in cmd]
+        # the default allowlist holds for the service the pipeline started
+        with pytest.raises(DataJuicerServiceError, match=r"403: .*python_lambda_mapper.*"):
+            client.process([{"python_lambda_mapper": {"lambda_str": "lambda s: s"}}], rows)
     finally:
         pipeline.close()
     # "1+1" is shorter than min_len 4; Data-Juicer's statistics do not reach the taskset
@@ -84,6 +110,33 @@ def test_auto_start_serves_the_task_pipeline_and_stops_with_it() -> None:
     # the pipeline's service is gone: nothing listens on its port any more
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{url}/health")
+
+
+def _command_lines() -> list[str]:
+    """The command line of every process of this machine, as ps shows them."""
+    lines = []
+    for entry in Path("/proc").iterdir():
+        try:
+            lines.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except (OSError, NotADirectoryError):
+            continue
+    return lines
+
+
+@pytest.mark.slow
+@needs_dj
+def test_allow_code_operators_lets_the_auto_started_service_run_a_lambda() -> None:
+    service = DataJuicerService(
+        DataJuicerServiceConfig(auto_start=True, port=0, allow_code_operators=True)
+    )
+    try:
+        lam = "lambda s: {**s, 'text': s['text'].upper()}"
+        rows = service.client().process(
+            [{"python_lambda_mapper": {"lambda_str": lam, "num_proc": 1}}], [{"text": "ab"}]
+        )
+    finally:
+        service.close()
+    assert rows == [{"text": "AB"}]
 
 
 @pytest.mark.slow
@@ -131,7 +184,7 @@ def test_server_url_feeds_filter_stats_to_reward_shaping(server_url: str, tmp_pa
                 },
             },
         ],
-        data_juicer=DataJuicerServiceConfig(server_url=server_url),
+        data_juicer=DataJuicerServiceConfig(server_url=server_url, token=TOKEN),
     )
     try:
         out, metrics = pipeline.process(exps)
@@ -142,16 +195,157 @@ def test_server_url_feeds_filter_stats_to_reward_shaping(server_url: str, tmp_pa
     assert [e.reward for e in out] == pytest.approx([1.2, 1.5])
     assert metrics["data_juicer/dropped"] == 1.0
     # the service outlives a pipeline that only reached it
-    assert httpx.get(f"{server_url}/health").status_code == 200
+    assert httpx.get(f"{server_url}/health", headers=AUTH).status_code == 200
 
 
 @needs_dj
 def test_a_recipe_the_service_cannot_load_is_a_400_with_the_reason(server_url: str) -> None:
     response = httpx.post(
-        f"{server_url}/process", json={"process": [{"no_such_op": {}}], "rows": [{"text": "x"}]}
+        f"{server_url}/process",
+        headers=AUTH,
+        json={"process": [{"no_such_op": {}}], "rows": [{"text": "x"}]},
     )
     assert response.status_code == 400
     assert "no_such_op" in response.json()["detail"]
+
+
+def _post(url: str, process: list, headers: dict | None = None) -> httpx.Response:
+    rows = [{"text": "some text", "question": "what is 12*12?"}]
+    return httpx.post(
+        f"{url}/process",
+        headers=AUTH if headers is None else headers,
+        json={"process": process, "rows": rows},
+    )
+
+
+@needs_dj
+@pytest.mark.parametrize(
+    "make_process, refused",
+    [
+        (
+            lambda f: [{"python_lambda_mapper": {"lambda_str": RUN_ID.format(f)}}],
+            "python_lambda_mapper",
+        ),
+        (lambda f: [{"python_file_mapper": {"file_path": f"{f}.py"}}], "python_file_mapper"),
+        (
+            lambda f: [{"image_ohem_selector": {"score_file": f"{f}.py", "topk": 1}}],
+            "image_ohem_selector",
+        ),
+        # an allowed operator with an argument that runs code or writes a file
+        (
+            lambda f: [
+                {
+                    "remove_repeat_sentences_mapper": {
+                        "tokenizer": f"lambda t: __import__('os').system('id > {f}') or [t]"
+                    }
+                }
+            ],
+            "remove_repeat_sentences_mapper",
+        ),
+        (
+            lambda f: [{"text_length_filter": {"min_len": 1, "stats_export_path": str(f)}}],
+            "text_length_filter",
+        ),
+        # one allowed operator first does not let a second one in
+        (
+            lambda f: [
+                QUESTION_FILTER,
+                {"python_lambda_mapper": {"lambda_str": RUN_ID.format(f)}},
+            ],
+            "python_lambda_mapper",
+        ),
+    ],
+)
+def test_an_operator_outside_the_allowlist_is_refused_and_runs_nothing(
+    server_url: str, tmp_path: Path, make_process, refused: str
+) -> None:
+    marker = tmp_path / "ran"
+    code = tmp_path / "ran.py"
+    code.write_text(
+        f"import os\nos.system('id > {marker}')\ndef process_single(s):\n    return s\n"
+    )
+    response = _post(server_url, make_process(marker))
+    assert response.status_code == 403, response.text
+    detail = response.json()["detail"]
+    assert refused in detail and "service.data_juicer.allow_code_operators" in detail
+    assert "\n" not in detail
+    assert not marker.exists()
+
+
+@needs_dj
+def test_requests_without_the_service_token_are_401(server_url: str) -> None:
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
+        health = httpx.get(f"{server_url}/health", headers=headers)
+        assert health.status_code == 401
+        assert "TRINITY_DATA_JUICER_TOKEN" in health.json()["detail"]
+        assert _post(server_url, [QUESTION_FILTER], headers=headers).status_code == 401
+    assert httpx.get(f"{server_url}/health", headers=AUTH).status_code == 200
+    assert _post(server_url, [QUESTION_FILTER]).status_code == 200
+
+
+@needs_dj
+def test_a_foreign_host_header_is_refused(server_url: str) -> None:
+    # what a browser sends after DNS rebinding points evil.example at 127.0.0.1
+    response = httpx.get(f"{server_url}/health", headers={**AUTH, "Host": "evil.example"})
+    assert response.status_code == 400
+    assert "evil.example" in response.text
+    response = _post(server_url, [QUESTION_FILTER], headers={**AUTH, "Host": "evil.example"})
+    assert response.status_code == 400
+    # the loopback's names are served
+    response = httpx.get(f"{server_url}/health", headers={**AUTH, "Host": "localhost:1234"})
+    assert response.status_code == 200
+
+
+@needs_dj
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        ({"min_len": "ten"}, "min_len"),  # not an int
+        ({"min_lenn": 3}, "min_lenn"),  # no such argument: Data-Juicer would ignore it
+        ({"text_key": 3}, "text_key"),
+        ({"min_len": 3, "text_key": "no_such_field"}, "no_such_field"),  # fails on the rows
+    ],
+)
+def test_bad_operator_arguments_are_a_4xx_naming_the_operator(
+    server_url: str, args: dict, named: str
+) -> None:
+    response = _post(server_url, [{"text_length_filter": {**args, "num_proc": 1}}])
+    assert response.status_code in (400, 422), response.text
+    detail = response.json()["detail"]
+    assert "text_length_filter" in detail and named in detail and "\n" not in detail
+
+
+@needs_dj
+def test_a_constrained_argument_out_of_range_is_a_422(server_url: str) -> None:
+    # rep_len: Annotated[int, Gt(0)]; Data-Juicer itself would keep no rows
+    response = _post(server_url, [{"character_repetition_filter": {"rep_len": 0}}])
+    assert response.status_code == 422, response.text
+    assert "character_repetition_filter" in response.json()["detail"]
+
+
+@needs_dj
+def test_a_wrong_token_fails_at_connect_naming_the_key(server_url: str) -> None:
+    with pytest.raises(DataJuicerServiceError) as caught:
+        ExperiencePipeline(
+            [{"name": "data_juicer", "args": {"process": [QUESTION_FILTER]}}],
+            data_juicer=DataJuicerServiceConfig(server_url=server_url, token="wrong"),
+        )
+    message = str(caught.value)
+    assert "401" in message and "service.data_juicer.token" in message and "\n" not in message
+
+
+def test_server_url_without_a_token_names_the_key_and_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    with pytest.raises(DataJuicerServiceError) as caught:
+        ExperiencePipeline(
+            [{"name": "data_juicer", "args": {"process": [QUESTION_FILTER]}}],
+            data_juicer=DataJuicerServiceConfig(server_url="http://127.0.0.1:9"),
+        )
+    message = str(caught.value)
+    assert message.startswith("service.data_juicer.token: ")
+    assert TOKEN_ENV in message and "\n" not in message
 
 
 def test_unreachable_server_url_fails_in_one_line_naming_it() -> None:
@@ -162,7 +356,7 @@ def test_unreachable_server_url_fails_in_one_line_naming_it() -> None:
         with pytest.raises(DataJuicerServiceError) as caught:
             ExperiencePipeline(
                 [{"name": "data_juicer", "args": {"process": [QUESTION_FILTER]}}],
-                data_juicer=DataJuicerServiceConfig(server_url=url),
+                data_juicer=DataJuicerServiceConfig(server_url=url, token="t"),
             )
     message = str(caught.value)
     assert message.startswith(f"service.data_juicer.server_url='{url}': ")

@@ -12,7 +12,10 @@ Without ``service.data_juicer`` the recipe runs in the pipeline's process, which
 Data-Juicer installed (``pip install py-data-juicer``, imported only when a pipeline
 names this operator). With it, the rows go to the Data-Juicer service
 (``trinity.service.data_juicer``) the pipeline started (``auto_start``) or reaches
-(``server_url``); a recipe file is read here and sent with the rows.
+(``server_url``, with its ``token``); a recipe file is read here and sent with the rows.
+The service runs only the data-only operators of
+``trinity/service/data_juicer/allowlist.py`` unless ``allow_code_operators`` lets it run
+any; in this process any operator runs, as the run's own config wrote it.
 
 Task rows go through as they are. Experiences become samples with ``text`` (the
 response), ``query`` (the prompt) and ``response``; the statistics Data-Juicer

@@ -93,6 +93,18 @@ class DataJuicerServiceConfig:
         "with the pipeline; needs the data_juicer extra",
     )
     port: int = setting(5005, "port of the auto-started service; 0: any free port")
+    token: str = setting(
+        "",
+        "bearer token of the service at server_url (the TRINITY_DATA_JUICER_TOKEN it was "
+        "started with); empty: that variable where the pipeline runs; auto_start makes its own",
+    )
+    allow_code_operators: bool = setting(
+        False,
+        "let the auto-started service run any Data-Juicer operator, also those outside its "
+        "data-only allowlist that run code from the recipe (python_lambda_mapper, "
+        "python_file_mapper), load models or touch files; a server_url service's own "
+        "--allow-code-operators decides for it",
+    )
 
 
 @dataclass

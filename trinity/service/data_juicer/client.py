@@ -7,8 +7,12 @@
 ``service.data_juicer.auto_start: true`` starts ``python -m
 trinity.service.data_juicer.server`` as a child process on ``127.0.0.1:<port>`` (``port:
 0`` lets it pick a free one and report it); it needs the ``data_juicer`` extra here, and
-stops with ``close()`` or when this process exits. Otherwise ``server_url`` names a
-running service, which may live in another environment: this side needs no Data-Juicer.
+stops with ``close()`` or when this process exits. Its token is made here, fresh for each
+start, and handed over in the child's environment (``TRINITY_DATA_JUICER_TOKEN``), not
+on its command line, which ``ps`` shows to every user; ``allow_code_operators`` becomes
+its ``--allow-code-operators``. Otherwise ``server_url`` names a running service, which
+may live in another environment: this side needs no Data-Juicer, and sends
+``service.data_juicer.token``, or where that is empty ``$TRINITY_DATA_JUICER_TOKEN``.
 Every failure to reach or start the service is a one-line ``DataJuicerServiceError``
 naming the key and its value.
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import os
+import secrets
 import subprocess
 import sys
 import threading
@@ -33,6 +38,7 @@ if TYPE_CHECKING:
 START_TIMEOUT = 180.0  # importing Data-Juicer alone takes seconds on a busy machine
 REQUEST_TIMEOUT = 600.0  # a large batch through model-based operators takes minutes
 PORT_LINE = "data-juicer-service-port:"  # what server.py prints once it listens
+TOKEN_ENV = "TRINITY_DATA_JUICER_TOKEN"  # where server.py reads its token
 
 
 class DataJuicerServiceError(RuntimeError):
@@ -42,10 +48,12 @@ class DataJuicerServiceError(RuntimeError):
 class DataJuicerClient:
     """HTTP client of one Data-Juicer service (``server.py``)."""
 
-    def __init__(self, url: str, *, trust_env: bool = True) -> None:
+    def __init__(self, url: str, token: str, *, trust_env: bool = True) -> None:
         self.url = url.rstrip("/")
+        self.token = token
         self._http = httpx.Client(
             base_url=self.url,
+            headers={"Authorization": f"Bearer {token}"},
             timeout=httpx.Timeout(REQUEST_TIMEOUT, connect=10.0),
             trust_env=trust_env,  # a local service must not go through a proxy
         )
@@ -92,8 +100,8 @@ class DataJuicerService:
         if self._client is not None:
             return self._client
         if self.cfg.auto_start:
-            self._server = _LocalServer(self.cfg.port)
-            client = DataJuicerClient(self._server.url, trust_env=False)
+            self._server = _LocalServer(self.cfg.port, self.cfg.allow_code_operators)
+            client = DataJuicerClient(self._server.url, self._server.token, trust_env=False)
             where = f"service.data_juicer.auto_start=true (port {self._server.port})"
         else:
             if not self.cfg.server_url:
@@ -101,14 +109,27 @@ class DataJuicerService:
                     "service.data_juicer: set server_url (a running Data-Juicer service) "
                     "or auto_start: true"
                 )
-            client = DataJuicerClient(self.cfg.server_url)
             where = f"service.data_juicer.server_url={self.cfg.server_url!r}"
+            token = self.cfg.token or os.environ.get(TOKEN_ENV, "")
+            if not token:
+                raise DataJuicerServiceError(
+                    f"service.data_juicer.token: empty and {TOKEN_ENV} is not set here; the "
+                    f"service at server_url={self.cfg.server_url!r} answers only requests "
+                    f"with the token it was started with (its {TOKEN_ENV})"
+                )
+            client = DataJuicerClient(self.cfg.server_url, token)
         try:
             client.health()
         except DataJuicerServiceError as exc:
             client.close()
             self.close()
-            raise DataJuicerServiceError(f"{where}: {exc}") from None
+            hint = ""
+            if "answered 401" in str(exc):
+                hint = (
+                    f"; set service.data_juicer.token (or {TOKEN_ENV}) to the token "
+                    "the service was started with"
+                )
+            raise DataJuicerServiceError(f"{where}: {exc}{hint}") from None
         self._client = client
         return client
 
@@ -124,20 +145,28 @@ class DataJuicerService:
 class _LocalServer:
     """``server.py`` in a child process; its output is copied to this process's stderr."""
 
-    def __init__(self, port: int, timeout: float = START_TIMEOUT) -> None:
+    def __init__(
+        self, port: int, allow_code_operators: bool = False, timeout: float = START_TIMEOUT
+    ) -> None:
         require_data_juicer(f"service.data_juicer.auto_start=true (port {port})")
         self.port = port
+        self.token = secrets.token_urlsafe(32)
         self._bound = threading.Event()
         self._last_lines: collections.deque[str] = collections.deque(maxlen=20)
+        flags = ["--allow-code-operators"] if allow_code_operators else []
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "trinity.service.data_juicer.server"]
-            + ["--port", str(port), "--exit-with-stdin"],
+            + ["--port", str(port), "--exit-with-stdin", *flags],
             stdin=subprocess.PIPE,  # closed by stop() or by this process's exit
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            # one progress bar per operator and request would flood this process's log
-            env={**os.environ, "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"},
+            env={
+                **os.environ,
+                TOKEN_ENV: self.token,
+                # one progress bar per operator and request would flood this process's log
+                "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+            },
         )
         reader = threading.Thread(target=self._copy_output, name="data-juicer-log", daemon=True)
         reader.start()

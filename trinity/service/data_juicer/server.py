@@ -1,18 +1,30 @@
 """The Data-Juicer service: an HTTP server that runs Data-Juicer recipes on posted rows.
 
-    python -m trinity.service.data_juicer.server --port 5005    # --port 0: any free port
+    TRINITY_DATA_JUICER_TOKEN=<secret> python -m trinity.service.data_juicer.server \
+        --port 5005                 # --port 0: any free port; --allow-code-operators
 
     GET  /health   -> {"status": "ok", "data_juicer": "<version>"}
     POST /process  {"process": [{"text_length_filter": {"min_len": 10}}], "rows": [{...}]}
                    -> {"rows": [...]}  the rows the recipe kept, filters' statistics
-                      under "__dj__stats__"; 400 for a recipe Data-Juicer cannot load,
-                      500 with the reason for one that fails on the rows
+                      under "__dj__stats__"
+
+Every request, ``/health`` included, needs ``Authorization: Bearer <token>`` with the
+token the server read from ``TRINITY_DATA_JUICER_TOKEN`` when it started (it will not
+start without one, and removes it from its environment so that operators do not inherit
+it); anything else gets 401. On a loopback address a Host header that does not name the
+loopback gets 400 (``trinity.utils.hosts``). A recipe gets 400 when it is not a list of
+``{operator: {args}}`` or names an operator Data-Juicer lacks, 403 for an operator or
+argument outside ``allowlist.py`` (operators that run code, load models or touch files;
+``--allow-code-operators`` lifts it), 422 for an argument the operator does not have,
+of the wrong type or out of range, or an operator that fails on the rows for its
+arguments or rows; 500 for any other failure. Each message is one line naming the
+operator.
 
 It lets the data pipelines use a Data-Juicer installed in another environment or on
-another machine (``service.data_juicer.server_url``); ``service.data_juicer.auto_start``
-starts one per pipeline (``client.DataJuicerService``). A recipe's operators are loaded
-once and kept for later requests with the same recipe (the 8 most recent); requests are
-processed one at a time.
+another machine (``service.data_juicer.server_url`` and ``token``);
+``service.data_juicer.auto_start`` starts one per pipeline with a fresh token
+(``client.DataJuicerService``). A recipe's operators are loaded once and kept for later
+requests with the same recipe (the 8 most recent); requests are processed one at a time.
 
 Once its socket listens it prints ``data-juicer-service-port: <port>`` on stdout, so a
 caller that asked for port 0 learns the port without a race; ``--exit-with-stdin`` stops
@@ -22,6 +34,7 @@ the server when its standard input closes, i.e. when the process that started it
 from __future__ import annotations
 
 import argparse
+import hmac
 import json
 import os
 import socket
@@ -30,15 +43,21 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from fastapi import FastAPI, HTTPException
+from fastapi import Depends, FastAPI, HTTPException, Request
 from pydantic import BaseModel
 
-from trinity.service.data_juicer.client import PORT_LINE
+from trinity.service.data_juicer.allowlist import OperatorRefused
+from trinity.service.data_juicer.client import PORT_LINE, TOKEN_ENV
 from trinity.service.data_juicer.runner import (
+    INPUT_ERRORS,
     DataJuicerMissingError,
     DataJuicerRunner,
+    OperatorArgumentError,
+    OperatorFailed,
+    RecipeError,
     require_data_juicer,
 )
+from trinity.utils.hosts import guard_host
 
 RECIPES_KEPT = 8
 SHUTDOWN_GRACE = 5  # seconds a request may still run once the server is asked to stop
@@ -53,8 +72,34 @@ class ProcessResponse(BaseModel):
     rows: list[dict[str, Any]]
 
 
-def create_app() -> FastAPI:
-    app = FastAPI(title="trinity Data-Juicer service")
+def create_app(
+    token: str, allow_code_operators: bool = False, bind_host: str = "127.0.0.1"
+) -> FastAPI:
+    """The service's app: requests need ``Authorization: Bearer <token>``; without
+    ``allow_code_operators`` only ``allowlist.py``'s operators run; served on
+    ``bind_host`` (a loopback address: only loopback Host headers)."""
+    if not token:
+        raise ValueError("the Data-Juicer service needs a token")
+    expected = f"Bearer {token}".encode()
+
+    def authorized(request: Request) -> None:
+        given = request.headers.get("authorization", "").encode()
+        if not hmac.compare_digest(given, expected):
+            raise HTTPException(
+                401,
+                "missing or wrong token: send 'Authorization: Bearer <token>' with the token "
+                f"this service was started with ({TOKEN_ENV})",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+
+    app = FastAPI(
+        title="trinity Data-Juicer service",
+        dependencies=[Depends(authorized)],
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    guard_host(app, bind_host)
     runners: OrderedDict[str, DataJuicerRunner] = OrderedDict()
     lock = threading.Lock()  # one request at a time: operators and the cache are not shared-safe
 
@@ -64,13 +109,15 @@ def create_app() -> FastAPI:
             runners.move_to_end(key)
             return runners[key]
         try:
-            runner = DataJuicerRunner(process)
+            runner = DataJuicerRunner(process, allow_code_operators=allow_code_operators)
         except DataJuicerMissingError:
             raise
-        except Exception as exc:  # Data-Juicer raises KeyError, TypeError, ... for bad recipes
-            raise HTTPException(
-                400, f"cannot load the recipe: {type(exc).__name__}: {exc}"
-            ) from exc
+        except RecipeError as exc:
+            raise HTTPException(400, f"cannot load the recipe: {exc}") from exc
+        except OperatorRefused as exc:
+            raise HTTPException(403, str(exc)) from exc
+        except OperatorArgumentError as exc:
+            raise HTTPException(422, str(exc)) from exc
         runners[key] = runner
         if len(runners) > RECIPES_KEPT:
             runners.popitem(last=False)
@@ -88,13 +135,22 @@ def create_app() -> FastAPI:
             runner = runner_for(request.process)
             try:
                 return ProcessResponse(rows=runner.run(request.rows))
-            except Exception as exc:  # the reason goes back to the pipeline that sent the rows
+            except OperatorFailed as exc:  # the reason goes back to the pipeline that sent the rows
+                status = 422 if isinstance(exc.cause, INPUT_ERRORS) else 500
+                raise HTTPException(status, str(exc)) from exc
+            except Exception as exc:
                 raise HTTPException(500, f"the recipe failed: {type(exc).__name__}: {exc}") from exc
 
     return app
 
 
-def serve(host: str, port: int, exit_with_stdin: bool = False) -> None:
+def serve(
+    host: str,
+    port: int,
+    token: str,
+    allow_code_operators: bool = False,
+    exit_with_stdin: bool = False,
+) -> None:
     """Bind ``host:port``, print the bound port and serve until stopped."""
     import uvicorn
 
@@ -114,7 +170,7 @@ def serve(host: str, port: int, exit_with_stdin: bool = False) -> None:
     print(PORT_LINE, sock.getsockname()[1], flush=True)
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(),
+            create_app(token, allow_code_operators, host),
             log_level="warning",
             access_log=False,
             timeout_graceful_shutdown=SHUTDOWN_GRACE,
@@ -140,12 +196,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=5005, help="0: any free port")
     parser.add_argument("--exit-with-stdin", action="store_true", help="stop when stdin closes")
+    parser.add_argument(
+        "--allow-code-operators",
+        action="store_true",
+        help="run any operator, also those outside allowlist.py that run code from the recipe",
+    )
     args = parser.parse_args(argv)
+    # read from the environment, never from the command line, which ps shows to every user;
+    # removed so that the processes Data-Juicer starts do not inherit it
+    token = os.environ.pop(TOKEN_ENV, "")
+    if not token:
+        raise SystemExit(
+            f"{TOKEN_ENV} is not set: the Data-Juicer service needs a token, which every "
+            "request sends as 'Authorization: Bearer <token>' (clients: "
+            "service.data_juicer.token); e.g. export "
+            f"{TOKEN_ENV}=$(python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+        )
     try:
         require_data_juicer("the Data-Juicer service")
     except DataJuicerMissingError as exc:
         raise SystemExit(str(exc)) from None
-    serve(args.host, args.port, args.exit_with_stdin)
+    serve(args.host, args.port, token, args.allow_code_operators, args.exit_with_stdin)
 
 
 if __name__ == "__main__":
