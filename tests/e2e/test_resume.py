@@ -13,6 +13,7 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -42,8 +43,9 @@ def char_variety_reward(response: str, truth: object) -> dict[str, float]:
 """
 
 
-def write_inputs(tmp_path: Path) -> tuple[Path, Path]:
-    """Plugins (the reward) and a config with two tasksets, the first from a task pipeline."""
+def write_inputs(tmp_path: Path, experience_buffer: dict | None = None) -> tuple[Path, Path]:
+    """Plugins (the reward) and a config with two tasksets, the first from a task pipeline;
+    ``experience_buffer`` replaces the queue between explorer and trainer."""
     plugins = tmp_path / "plugins"
     plugins.mkdir()
     (plugins / "char_variety_reward.py").write_text(REWARD_PLUGIN)
@@ -106,7 +108,8 @@ def write_inputs(tmp_path: Path) -> tuple[Path, Path]:
                 "default_reward_fn_type": "char_variety_reward",
             },
             "trainer_input": {
-                "experience_buffer": {"name": "resume_buffer", "storage_type": "queue"},
+                "experience_buffer": experience_buffer
+                or {"name": "resume_buffer", "storage_type": "queue"},
             },
         },
         "data_processor": {
@@ -206,6 +209,28 @@ def tasks_run(job: Path) -> dict[str, int]:
     return counts
 
 
+def kill_in_step_2(args: list[str], root: Path, model: Path, log: Path) -> Path:
+    """Start a run, kill it once step 1 is checkpointed and explore step 2 has begun (its
+    rewards wait); returns its job dir."""
+    job = root / "trinity-demo" / "resume"
+    proc = start(args, log, root=root, model=model, hold_step_2=job / "log" / "explorer.log")
+
+    def in_step_2() -> bool:
+        latest = job / "latest_checkpointed_iteration.txt"
+        explorer_log = job / "log" / "explorer.log"
+        return (
+            latest.exists()
+            and latest.read_text().strip() == "1"
+            and explorer_log.exists()
+            and "explore step 2 begins" in explorer_log.read_text()
+        )
+
+    wait_for(in_step_2, proc, log)
+    kill_group(proc)
+    assert (job / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
+    return job
+
+
 @pytest.mark.slow
 def test_killed_run_resumes_to_the_same_weights(tiny_model_dir: Path, tmp_path: Path) -> None:
     config, plugins = write_inputs(tmp_path)
@@ -227,25 +252,7 @@ def test_killed_run_resumes_to_the_same_weights(tiny_model_dir: Path, tmp_path: 
 
     # the same run, killed once step 1 is checkpointed and step 2 has begun
     root = tmp_path / "interrupted"
-    job = root / "trinity-demo" / "resume"
-    killed_log = tmp_path / "killed.log"
-    proc = start(
-        args, killed_log, root=root, model=tiny_model_dir, hold_step_2=job / "log" / "explorer.log"
-    )
-
-    def in_step_2() -> bool:
-        latest = job / "latest_checkpointed_iteration.txt"
-        explorer_log = job / "log" / "explorer.log"
-        return (
-            latest.exists()
-            and latest.read_text().strip() == "1"
-            and explorer_log.exists()
-            and "explore step 2 begins" in explorer_log.read_text()
-        )
-
-    wait_for(in_step_2, proc, killed_log)
-    kill_group(proc)
-    assert (job / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
+    job = kill_in_step_2(args, root, tiny_model_dir, tmp_path / "killed.log")
     assert not (job / "global_step_2" / "actor" / "optim_world_size_1_rank_0.pt").exists()
     # the explorer's state matching checkpoint 1 was kept, though it ran ahead
     meta = json.loads((job / "explorer_meta.json").read_text())
@@ -267,3 +274,41 @@ def test_killed_run_resumes_to_the_same_weights(tiny_model_dir: Path, tmp_path: 
     assert any(not torch.equal(weights(ref_job, 1)[k], expected[k]) for k in expected)
     for key, value in expected.items():
         assert torch.equal(value, got[key]), (key, (value - got[key]).abs().max())
+
+
+def trainer_metrics(job: Path) -> dict[int, dict]:
+    """The trainer's metrics by step (a resumed run appends to the killed run's file)."""
+    rows = (job / "monitor" / "resume_trainer_metrics.jsonl").read_text().splitlines()
+    return {row["step"]: row for row in map(json.loads, rows)}
+
+
+@pytest.mark.slow
+def test_resumed_run_reads_its_sql_buffer_from_the_checkpointed_position(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """An sql experience buffer outlives the run; the resumed trainer's first batch is the
+    one explore step 2 writes, not the rows of step 1 that checkpoint 1 already trained on."""
+    database = tmp_path / "experiences.db"
+    buffer = {"name": "resume_buffer", "storage_type": "sql", "path": str(database)}
+    config, plugins = write_inputs(tmp_path, buffer)
+    args = command(config, plugins)
+    root = tmp_path / "interrupted"
+    job = kill_in_step_2(args, root, tiny_model_dir, tmp_path / "killed.log")
+
+    resumed_log = tmp_path / "resumed.log"
+    finish(start(args, resumed_log, root=root, model=tiny_model_dir), resumed_log)
+    assert "resumed trainer from step 1" in (job / "log" / "trainer.log").read_text()
+    with sqlite3.connect(database) as db:
+        rows = db.execute(
+            "SELECT CAST(eid_batch AS INTEGER), model_version FROM experience ORDER BY id"
+        ).fetchall()
+    # 3 tasks x 4 rollouts per explore step; explore step s samples with policy s - 1
+    assert rows == [(step, step - 1) for step in (1, 2, 3) for _ in range(12)]
+    # staleness = train step - 1 - model_version: 1 for a re-read of explore step 1's rows
+    metrics = trainer_metrics(job)
+    assert [metrics[step]["trainer/staleness/mean"] for step in (1, 2, 3)] == [0.0, 0.0, 0.0]
+    positions = [
+        json.loads((job / f"global_step_{step}" / "buffer_position.json").read_text())
+        for step in (1, 2, 3)
+    ]
+    assert [p["position"]["cursor"] for p in positions] == [12, 24, 36]

@@ -54,3 +54,8 @@ class InvalidRows:
     def summary(self) -> str:
         more = f" (first {len(self.examples)} shown)" if self.count > len(self.examples) else ""
         return f"skipped {self.count} invalid row(s){more}: " + "; ".join(self.examples)
+
+
+class StorageTimeout(TimeoutError):
+    """A database did not answer within a configured timeout (``connect_timeout``,
+    ``lock_timeout``); the message names the key and the server."""

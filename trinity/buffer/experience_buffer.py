@@ -10,8 +10,8 @@ queue       ``ExperienceQueue`` (FIFO, ``capacity``), or ``PriorityExperienceQue
             weighs the reads; ``decay_limit_randomization``: also ``use_count_limit``
             and ``sigma``, see ``priority_queue``); ``path``, when set, is the backup
             (SQLite/URL, or ``.jsonl``)
-sql         ``path`` is a SQLite file or SQLAlchemy URL (PostgreSQL works); the
-            reader polls for new rows
+sql         ``path`` is a SQLite file or SQLAlchemy URL (PostgreSQL works, with
+            ``connect_timeout`` and ``lock_timeout``); the reader polls for new rows
 file        JSON lines at ``path`` (a ``.jsonl`` file, or a directory holding
             ``experiences.jsonl``); for explore mode and debugging
 ==========  ===================================================================
@@ -20,6 +20,11 @@ file        JSON lines at ``path`` (a ``.jsonl`` file, or a directory holding
 returns the incomplete batch. ``skip_invalid_rows`` makes the sql/file readers skip
 (and count in ``.invalid``) rows they cannot decode instead of raising.
 ``auxiliary_buffers`` are built the same way by ``make_auxiliary_buffers``.
+
+The sql and file buffers and a priority queue with a backup keep a read position
+(``state_dict``/``load_state_dict``) that a resumed run restores, and
+``discard_stored(step)`` skips what an interrupted run stored for later explore steps
+(``trinity.launch.buffer_actor``).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from typing import Any, Protocol
 from trinity.buffer.priority_queue import PriorityExperienceQueue
 from trinity.buffer.queue import ExperienceQueue, open_backup
 from trinity.buffer.storage_buffer import jsonl_buffer, sql_buffer
-from trinity.config.schema.buffer import PRIORITY_FN_ARGS
+from trinity.config.schema.buffer import CONNECT_TIMEOUT, LOCK_TIMEOUT, PRIORITY_FN_ARGS
 from trinity.types import Experience
 
 EXPERIENCE_STORAGE_TYPES = ("queue", "sql", "file")
@@ -73,9 +78,13 @@ def make_experience_buffer(storage_cfg: Any) -> ExperienceBuffer:
     path = getattr(storage_cfg, "path", None)
     read_timeout = getattr(storage_cfg, "max_read_timeout", None)
     skip_invalid = bool(getattr(storage_cfg, "skip_invalid_rows", False))
+    timeouts = {
+        "connect_timeout": getattr(storage_cfg, "connect_timeout", CONNECT_TIMEOUT),
+        "lock_timeout": getattr(storage_cfg, "lock_timeout", LOCK_TIMEOUT),
+    }
     if storage_type == "queue":
         capacity = getattr(storage_cfg, "capacity", None) or 10000
-        backup = open_backup(path) if path else None
+        backup = open_backup(path, **timeouts) if path else None
         replay = getattr(storage_cfg, "replay_buffer", None)
         if replay is not None and getattr(replay, "enable", False):
             cooldown = replay.reuse_cooldown_time
@@ -106,7 +115,7 @@ def make_experience_buffer(storage_cfg: Any) -> ExperienceBuffer:
             )
         )
     if storage_type == "sql":
-        return sql_buffer(path, read_timeout, skip_invalid=skip_invalid)
+        return sql_buffer(path, read_timeout, skip_invalid=skip_invalid, **timeouts)
     if storage_type == "file":
         return jsonl_buffer(path, read_timeout, skip_invalid=skip_invalid)
     raise ExperienceBufferConfigError(

@@ -28,6 +28,7 @@ from typing import Any
 
 from trinity.buffer.codec import experience_from_dict, experience_to_dict
 from trinity.buffer.errors import InvalidRows, MalformedRowError
+from trinity.buffer.superseded import Superseded
 from trinity.types import Experience
 
 logger = logging.getLogger(__name__)
@@ -53,15 +54,33 @@ class JsonlWriter:
         with self._lock, _file_lock(self._file.fileno()):
             self._drop_partial_line()
 
-    def write(self, exps: Iterable[Experience]) -> None:
+    def write(self, exps: Iterable[Experience]) -> list[int]:
+        """Append ``exps``; returns the byte offset of each one's line."""
         # encode everything first so an unstorable experience writes nothing
-        text = "".join(json.dumps(experience_to_dict(exp)) + "\n" for exp in exps)
-        if not text:
-            return
+        lines = [(json.dumps(experience_to_dict(exp)) + "\n").encode("utf-8") for exp in exps]
+        if not lines:
+            return []
         with self._lock, _file_lock(self._file.fileno()):
-            self._file.write(text.encode("utf-8"))
+            offsets, end = [], os.fstat(self._file.fileno()).st_size  # appends land there
+            for line in lines:
+                offsets.append(end)
+                end += len(line)
+            self._file.write(b"".join(lines))
             self._file.flush()
             os.fsync(self._file.fileno())
+        return offsets
+
+    def read_at(self, offsets: Iterable[int]) -> dict[int, Experience]:
+        """The experiences of the lines at ``offsets`` (as ``write`` returned them), by
+        offset; a line that is not there whole is left out."""
+        found = {}
+        with open(self.path, "rb") as f:
+            for offset in offsets:
+                f.seek(offset)
+                raw = f.readline()
+                if raw.endswith(b"\n"):
+                    found[offset] = experience_from_dict(json.loads(raw))
+        return found
 
     def _drop_partial_line(self) -> None:
         fd = self._file.fileno()
@@ -104,6 +123,7 @@ class JsonlReader:
         self.invalid = InvalidRows()  # lines skipped by read_new
         self._offset = 0  # byte offset of the first unread line
         self._line = 0  # number of lines consumed so far
+        self._superseded: Superseded | None = None  # lines read_new skips (a resume)
         self._lock = threading.Lock()
 
     def read_new(self, n: int) -> list[Experience]:
@@ -116,15 +136,23 @@ class JsonlReader:
             with open(self.path, "rb") as f, _file_lock(f.fileno(), fcntl.LOCK_SH):
                 f.seek(self._offset)
                 while len(out) < n:
-                    raw = f.readline()
+                    start, raw = self._offset, f.readline()
                     if not raw.endswith(b"\n"):
                         break  # end of file, or a line still being written
                     self._offset += len(raw)
                     self._line += 1
                     exp = self._decode(raw, self._line, self.invalid) if raw.strip() else None
-                    if exp is not None:
+                    skip = self._superseded
+                    if exp is not None and not (skip and skip.skips(start, exp.eid.batch)):
                         out.append(exp)
             return out
+
+    def discard_stored(self, after_step: int | None) -> None:
+        """Never return the lines stored now past the read position from explore steps
+        after ``after_step`` (None: any step); see ``trinity.buffer.superseded``."""
+        with self._lock:
+            end = os.path.getsize(self.path) if os.path.exists(self.path) else 0
+            self._superseded = Superseded(end=end, step=after_step)
 
     def read_all(self) -> list[Experience]:
         """Every complete line of the file, independent of the cursor (and of ``invalid``)."""

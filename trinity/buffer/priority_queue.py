@@ -26,6 +26,10 @@ The queue never blocks a writer: when a put would exceed ``capacity``, the
 lowest-priority experiences (stale or much reused) are evicted and counted in
 ``evicted``. ``close`` stops puts and reuse: readers then drain the experiences that
 are ready, experiences still cooling down are dropped, and ``QueueClosed`` follows.
+
+With a backup the queue is persistent: ``state_dict`` names the experiences it holds by
+their place in the backup (row id or byte offset), with their read counts and remaining
+cooldowns, and ``load_state_dict`` reads them back into a new queue (a resumed run).
 """
 
 from __future__ import annotations
@@ -33,13 +37,16 @@ from __future__ import annotations
 import bisect
 import copy
 import random
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from trinity.buffer.errors import QueueClosed
 from trinity.buffer.queue import ExperienceWriter
+from trinity.buffer.superseded import Superseded
 from trinity.types import Experience
 
 
@@ -50,6 +57,7 @@ class _Entry:
     use_count: int = 0
     ready_at: float = 0.0  # clock time from which it may be read
     key: tuple[float, int] = field(default=(0.0, 0))
+    stored_at: int | None = None  # its place in the backup (row id or byte offset)
 
 
 class PriorityExperienceQueue:
@@ -101,18 +109,14 @@ class PriorityExperienceQueue:
             return
         with self._put_lock:
             self._check_open()
-            if self.backup is not None:
-                self.backup.write(exps)
+            stored_at = self.backup.write(exps) if self.backup is not None else None
             with self._lock:
                 self._check_open()
-                for exp in exps:
-                    self._insert(_Entry(exp=exp, seq=self._seq))
+                for i, exp in enumerate(exps):
+                    where = stored_at[i] if stored_at else None
+                    self._insert(_Entry(exp=exp, seq=self._seq, stored_at=where))
                     self._seq += 1
-                overflow = len(self._entries) - self.capacity
-                if overflow > 0:
-                    del self._entries[:overflow]
-                    del self._keys[:overflow]
-                    self.evicted += overflow
+                self._evict_overflow()
                 self._changed.notify_all()
 
     def get(self, n: int, timeout: float | None = None) -> list[Experience]:
@@ -162,6 +166,54 @@ class PriorityExperienceQueue:
         with self._put_lock:
             if self.backup is not None:
                 self.backup.close()
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """What the queue holds, as places in its backup with each one's read count and
+        remaining cooldown; None without a backup, which alone can bring them back."""
+        if self.backup is None or not hasattr(self.backup, "read_at"):
+            return None
+        with self._lock:
+            now = self._clock()
+            held = sorted(self._entries, key=lambda e: e.seq)
+            return {
+                "held": [
+                    [e.stored_at, e.use_count, max(0.0, e.ready_at - now)]
+                    for e in held
+                    if e.stored_at is not None
+                ]
+            }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Hold again what ``state`` names, read back from the backup (before any put)."""
+        if self.backup is None or not hasattr(self.backup, "read_at"):
+            raise ValueError("a priority queue without a backup (path) cannot load a state")
+        held = state["held"]
+        found = self.backup.read_at([where for where, _, _ in held])
+        with self._lock:
+            now = self._clock()
+            for where, use_count, cooldown in held:
+                if where in found:
+                    entry = _Entry(found[where], self._seq, use_count, now + cooldown)
+                    entry.stored_at = where
+                    self._insert(entry)
+                    self._seq += 1
+            self._evict_overflow()
+            self._changed.notify_all()
+
+    def discard_stored(self, after_step: int | None) -> None:
+        """Drop the held experiences of explore steps after ``after_step`` (None: all):
+        a resumed explorer puts them again."""
+        skip = Superseded(end=sys.maxsize, step=after_step)
+        with self._lock:
+            self._entries = [e for e in self._entries if not skip.skips(0, e.exp.eid.batch)]
+            self._keys = [e.key for e in self._entries]
+
+    def _evict_overflow(self) -> None:
+        overflow = len(self._entries) - self.capacity
+        if overflow > 0:
+            del self._entries[:overflow]
+            del self._keys[:overflow]
+            self.evicted += overflow
 
     def _priority(self, entry: _Entry) -> float:
         priority = entry.exp.model_version - self.use_count_weight * entry.use_count

@@ -22,22 +22,28 @@ from typing import Protocol
 
 from trinity.buffer.errors import QueueClosed
 from trinity.buffer.jsonl import JsonlWriter
+from trinity.config.schema.buffer import CONNECT_TIMEOUT, LOCK_TIMEOUT
 from trinity.types import Experience
 
 
 class ExperienceWriter(Protocol):
-    def write(self, exps: list[Experience]) -> None: ...
+    def write(self, exps: list[Experience]) -> list[int]:
+        """Store ``exps``; returns where each one went (row id or byte offset)."""
+        ...
 
     def close(self) -> None: ...
 
 
-def open_backup(path: str) -> ExperienceWriter:
-    """A JSON-lines writer for ``*.jsonl``/``*.json`` paths, else a SQL storage (URL or file)."""
+def open_backup(
+    path: str, connect_timeout: float = CONNECT_TIMEOUT, lock_timeout: float = LOCK_TIMEOUT
+) -> ExperienceWriter:
+    """A JSON-lines writer for ``*.jsonl``/``*.json`` paths, else a SQL storage (URL or
+    file, with PostgreSQL's timeouts)."""
     if "://" not in path and os.path.splitext(path)[1].lower() in (".jsonl", ".json"):
         return JsonlWriter(path)
     from trinity.buffer.sql_storage import SQLExperienceStorage  # sqlalchemy only for SQL backups
 
-    return SQLExperienceStorage(path)
+    return SQLExperienceStorage(path, connect_timeout=connect_timeout, lock_timeout=lock_timeout)
 
 
 class ExperienceQueue:

@@ -15,6 +15,12 @@ details keep it equivalent to SQLite:
 - PostgreSQL's JSON rejects NaN and infinities, which Python writes as bare tokens;
   in ``info``/``metrics``/``messages`` they are stored as ``{"$float": "nan"}``
   (``"inf"``, ``"-inf"``) and turned back into floats when read.
+
+PostgreSQL connections give up instead of hanging: ``connect_timeout`` (seconds,
+default 10; libpq counts whole seconds, at least 2) bounds opening a connection, and
+``lock_timeout`` (default 10) bounds the wait for a lock another transaction holds
+(the table lock of a write, or of a tool that locked the table). Either one raises
+``StorageTimeout``, one line naming the server and the key.
 """
 
 from __future__ import annotations
@@ -27,12 +33,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy import Engine, Table, create_engine, event, func, inspect, select, text
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from trinity.buffer.codec import check_json
-from trinity.buffer.errors import InvalidRows, MalformedRowError
+from trinity.buffer.errors import InvalidRows, MalformedRowError, StorageTimeout
 from trinity.buffer.schema import (
     EXPERIENCE_TABLE,
     TASK_TABLE,
@@ -40,7 +46,11 @@ from trinity.buffer.schema import (
     experience_model,
     task_model,
 )
+from trinity.buffer.superseded import Superseded
+from trinity.config.schema.buffer import CONNECT_TIMEOUT, LOCK_TIMEOUT
 from trinity.types import Experience
+
+LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE of a lock_timeout
 
 
 def database_url(url_or_path: str) -> str:
@@ -50,16 +60,32 @@ def database_url(url_or_path: str) -> str:
     return f"sqlite:///{os.path.abspath(os.path.expanduser(url_or_path))}"
 
 
-def open_engine(url_or_path: str) -> Engine:
-    """An engine for ``url_or_path``; SQLite files get WAL mode and a busy timeout."""
+def open_engine(
+    url_or_path: str,
+    connect_timeout: float = CONNECT_TIMEOUT,
+    lock_timeout: float = LOCK_TIMEOUT,
+) -> Engine:
+    """An engine for ``url_or_path``; SQLite files get WAL mode and a busy timeout,
+    PostgreSQL its ``connect_timeout`` and ``lock_timeout`` (seconds, see the module doc)."""
+    for key, value in (("connect_timeout", connect_timeout), ("lock_timeout", lock_timeout)):
+        if not value > 0:
+            raise ValueError(f"{key} must be > 0 seconds, got {value}")
     url = make_url(database_url(url_or_path))
     if url.get_backend_name() == "postgresql":
-        return create_engine(
+        # libpq counts whole seconds, at least 2; lock_timeout is in milliseconds
+        options = f"{url.query.get('options', '')} -c lock_timeout={math.ceil(lock_timeout * 1000)}"
+        engine = create_engine(
             url,
             pool_pre_ping=True,
             json_serializer=_pg_json_dumps,
             json_deserializer=_pg_json_loads,
+            connect_args={
+                "connect_timeout": max(2, math.ceil(connect_timeout)),
+                "options": options.strip(),
+            },
         )
+        event.listen(engine, "handle_error", _timeout_error(url, connect_timeout, lock_timeout))
+        return engine
     if url.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True)
     if url.database and url.database != ":memory:":
@@ -78,6 +104,28 @@ def open_engine(url_or_path: str) -> Engine:
         cursor.close()
 
     return engine
+
+
+def _timeout_error(url: URL, connect_timeout: float, lock_timeout: float) -> Any:
+    """A ``handle_error`` hook raising StorageTimeout, naming the key, when one fires."""
+    where = f"PostgreSQL {url.render_as_string(hide_password=True)}"
+
+    def on_error(context: Any) -> None:
+        error = context.original_exception
+        if type(error).__name__ == "ConnectionTimeout" or "timeout expired" in str(error):
+            raise StorageTimeout(
+                f"{where}: no connection within connect_timeout={connect_timeout:g} s; "
+                "check that the server is up and reachable, or raise connect_timeout"
+            ) from error
+        if getattr(error, "sqlstate", None) == LOCK_NOT_AVAILABLE:
+            statement = " ".join((context.statement or "").split())[:80]
+            raise StorageTimeout(
+                f"{where}: a lock held by another transaction was not granted within "
+                f"lock_timeout={lock_timeout:g} s ({statement}); raise lock_timeout, or end "
+                "the transaction that holds it"
+            ) from error
+
+    return on_error
 
 
 def create_table(engine: Engine, table: Table) -> None:
@@ -150,29 +198,37 @@ class SQLExperienceStorage:
     """Append-only experience table with an id cursor for incremental reads."""
 
     def __init__(
-        self, url_or_path: str, table_name: str = EXPERIENCE_TABLE, skip_invalid: bool = False
+        self,
+        url_or_path: str,
+        table_name: str = EXPERIENCE_TABLE,
+        skip_invalid: bool = False,
+        connect_timeout: float = CONNECT_TIMEOUT,
+        lock_timeout: float = LOCK_TIMEOUT,
     ) -> None:
         self.url = database_url(url_or_path)
         self.table_name = table_name
         self.skip_invalid = skip_invalid
         self.invalid = InvalidRows()  # undecodable rows skipped by read_new
         self.model = experience_model(table_name)
-        self.engine = open_engine(url_or_path)
+        self.engine = open_engine(url_or_path, connect_timeout, lock_timeout)
         create_table(self.engine, self.model.__table__)
         self._cursor = 0  # largest id handed out by read_new
+        self._superseded: Superseded | None = None  # rows read_new skips (a resume)
         # one writer at a time inside a process; SQLite would otherwise retry on its lock
         self._write_lock = threading.Lock()
         self._cursor_lock = threading.Lock()  # two read_new calls must not share rows
 
-    def write(self, exps: Iterable[Experience]) -> None:
-        """Append ``exps`` in one transaction (all or nothing)."""
+    def write(self, exps: Iterable[Experience]) -> list[int]:
+        """Append ``exps`` in one transaction (all or nothing); returns their row ids."""
         rows = [self.model.from_experience(exp) for exp in exps]
         if not rows:
-            return
+            return []
         with self._write_lock, Session(self.engine) as sess, sess.begin():
             if self.engine.dialect.name == "postgresql":
                 sess.execute(text(f"LOCK TABLE {self._quoted_table} IN EXCLUSIVE MODE"))
             sess.add_all(rows)
+            sess.flush()
+            return [row.id for row in rows]
 
     @property
     def _quoted_table(self) -> str:
@@ -185,13 +241,42 @@ class SQLExperienceStorage:
             return self._decode(sess.scalars(stmt), InvalidRows())
 
     def read_new(self, n: int) -> list[Experience]:
-        """Up to ``n`` experiences written after the last ones ``read_new`` returned."""
-        stmt = select(self.model).order_by(self.model.id).limit(n)
+        """Up to ``n`` experiences written after the last ones ``read_new`` returned
+        (less the superseded rows of a resume, see ``discard_stored``)."""
+        stmt = select(self.model).order_by(self.model.id)
+        out: list[Experience] = []
         with self._cursor_lock, Session(self.engine) as sess:
-            rows = list(sess.scalars(stmt.where(self.model.id > self._cursor)))
-            if rows:
+            while len(out) < n:
+                rows = list(
+                    sess.scalars(stmt.where(self.model.id > self._cursor).limit(n - len(out)))
+                )
+                if not rows:
+                    break
                 self._cursor = rows[-1].id
-            return self._decode(rows, self.invalid)
+                skip = self._superseded
+                if skip is not None:
+                    rows = [r for r in rows if not skip.skips(r.id, r.eid_batch)]
+                out += self._decode(rows, self.invalid)
+        return out
+
+    def read_at(self, ids: Iterable[int]) -> dict[int, Experience]:
+        """The experiences of the rows ``ids`` (as ``write`` returned them), by id; rows
+        that are gone or cannot be decoded are left out."""
+        ids = list(ids)
+        found: dict[int, Experience] = {}
+        with Session(self.engine) as sess:
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                for row in sess.scalars(select(self.model).where(self.model.id.in_(chunk))):
+                    found.update((row.id, exp) for exp in self._decode([row], InvalidRows()))
+        return found
+
+    def discard_stored(self, after_step: int | None) -> None:
+        """Never return the rows stored now past the read position from explore steps
+        after ``after_step`` (None: any step); see ``trinity.buffer.superseded``."""
+        with self._cursor_lock, Session(self.engine) as sess:
+            last = sess.scalar(select(func.max(self.model.id))) or 0
+            self._superseded = Superseded(end=int(last) + 1, step=after_step)
 
     def _decode(self, rows: Iterable[Any], invalid: InvalidRows) -> list[Experience]:
         out = []
@@ -226,11 +311,17 @@ class SQLExperienceStorage:
 class SQLTaskStorage:
     """A taskset stored as one JSON row per task (``storage_type: sql``)."""
 
-    def __init__(self, url_or_path: str, table_name: str = TASK_TABLE) -> None:
+    def __init__(
+        self,
+        url_or_path: str,
+        table_name: str = TASK_TABLE,
+        connect_timeout: float = CONNECT_TIMEOUT,
+        lock_timeout: float = LOCK_TIMEOUT,
+    ) -> None:
         self.url = database_url(url_or_path)
         self.table_name = table_name
         self.model = task_model(table_name)
-        self.engine = open_engine(url_or_path)
+        self.engine = open_engine(url_or_path, connect_timeout, lock_timeout)
         create_table(self.engine, self.model.__table__)
 
     def write_rows(self, rows: Iterable[dict[str, Any]]) -> None:

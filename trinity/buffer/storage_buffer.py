@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from trinity.buffer.errors import InvalidRows, QueueClosed
 from trinity.buffer.jsonl import JsonlReader, JsonlWriter
+from trinity.config.schema.buffer import CONNECT_TIMEOUT, LOCK_TIMEOUT
 from trinity.types import Experience
 
 # the reader polls quickly at first, then backs off to this interval while idle
@@ -28,6 +29,8 @@ class NewRowReader(Protocol):
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    def discard_stored(self, after_step: int | None) -> None: ...
 
 
 class StorageBuffer:
@@ -90,10 +93,19 @@ class StorageBuffer:
         return getattr(self.reader, "invalid", None)
 
     def state_dict(self) -> dict[str, Any]:
-        return self.reader.state_dict()
+        """The read position: after the last experiences ``get`` returned."""
+        with self._read_lock:
+            return self.reader.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.reader.load_state_dict(state)
+        with self._read_lock:
+            self.reader.load_state_dict(state)
+
+    def discard_stored(self, after_step: int | None) -> None:
+        """Skip the experiences stored now past the read position from explore steps
+        after ``after_step`` (None: all of them): a resumed explorer stores them again."""
+        with self._read_lock:
+            self.reader.discard_stored(after_step)
 
     def close(self) -> None:
         """Stop puts and wake a waiting reader; closes the storage once no read runs."""
@@ -109,11 +121,20 @@ def sql_buffer(
     read_timeout: float | None = None,
     table_name: str = "experience",
     skip_invalid: bool = False,
+    connect_timeout: float = CONNECT_TIMEOUT,
+    lock_timeout: float = LOCK_TIMEOUT,
 ) -> StorageBuffer:
-    """A buffer over one SQL table; the same storage writes and reads."""
+    """A buffer over one SQL table; the same storage writes and reads (the timeouts:
+    PostgreSQL's, in seconds, see ``trinity.buffer.sql_storage``)."""
     from trinity.buffer.sql_storage import SQLExperienceStorage  # sqlalchemy only for SQL buffers
 
-    storage = SQLExperienceStorage(url_or_path, table_name=table_name, skip_invalid=skip_invalid)
+    storage = SQLExperienceStorage(
+        url_or_path,
+        table_name=table_name,
+        skip_invalid=skip_invalid,
+        connect_timeout=connect_timeout,
+        lock_timeout=lock_timeout,
+    )
     return StorageBuffer(storage, storage, read_timeout)
 
 

@@ -186,9 +186,13 @@ class TasksetReader:
             )
         if storage_type == "sql":
             # here, not at module level: sqlalchemy loads only for SQL tasksets
-            from trinity.buffer.sql_storage import SQLTaskStorage
+            from trinity.buffer.sql_storage import CONNECT_TIMEOUT, LOCK_TIMEOUT, SQLTaskStorage
 
-            storage = SQLTaskStorage(self.cfg.path)
+            storage = SQLTaskStorage(
+                self.cfg.path,
+                connect_timeout=getattr(self.cfg, "connect_timeout", CONNECT_TIMEOUT),
+                lock_timeout=getattr(self.cfg, "lock_timeout", LOCK_TIMEOUT),
+            )
             try:
                 rows = storage.read_rows()
             finally:

@@ -13,7 +13,14 @@ every step that a checkpoint may still name, keyed by step:
      "by_step": {"4": {"taskset": {...}, "model_version": 3}, "5": {...}}}
 
 Entries older than the newest full checkpoint are dropped on each write; each write
-replaces the file atomically. Rollouts are sampled with seeds derived from (seed, step)
+replaces the file atomically.
+
+A persistent experience buffer (sql, file, a priority queue with a backup) outlives the
+run, so the trainer's read position goes with each checkpoint: ``global_step_N/
+buffer_position.json`` holds it as of the batch train step N trained on. It is written
+(atomically) before the checkpoint's commit, which keeps it as it keeps the critic, and
+the pointer moves last; a crash in between leaves the previous checkpoint and its
+position in charge. On resume the buffer continues there (``BufferActor.resume``). Rollouts are sampled with seeds derived from (seed, step)
 (:func:`trinity.explorer.explorer.rollout_seed`), so the resumed steps roll out what
 the interrupted ones would have.
 """
@@ -31,6 +38,7 @@ from trinity.trainer import checkpoint as ckpt
 logger = logging.getLogger("trinity.launch")
 
 EXPLORER_META = "explorer_meta.json"
+BUFFER_POSITION = "buffer_position.json"
 
 
 def resume_step(config: Config, job_dir: Path) -> int:
@@ -86,3 +94,14 @@ def derived_explorer_state(config: Config, step: int) -> dict[str, Any]:
         step * config.buffer.batch_size,
     )
     return {"taskset": {"position": step * config.buffer.batch_size}}
+
+
+def save_buffer_position(job_dir: Path, step: int, position: dict[str, Any]) -> None:
+    """Record the experience buffer's read ``position`` for checkpoint ``step``; call it
+    before the checkpoint is saved (see the module doc)."""
+    ckpt.write_json_atomic(ckpt.step_dir(Path(job_dir), step) / BUFFER_POSITION, position)
+
+
+def buffer_position_at(job_dir: Path, step: int) -> dict[str, Any] | None:
+    """The read position saved with checkpoint ``step``, if one was."""
+    return ckpt.read_json(ckpt.step_dir(Path(job_dir), step) / BUFFER_POSITION)

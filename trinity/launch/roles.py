@@ -28,7 +28,12 @@ import ray
 
 from trinity.config import Config
 from trinity.launch.plugins import load_external_libs, load_plugins
-from trinity.launch.resume import derived_explorer_state, explorer_state_at, save_explorer_state
+from trinity.launch.resume import (
+    derived_explorer_state,
+    explorer_state_at,
+    save_buffer_position,
+    save_explorer_state,
+)
 from trinity.sync import weights
 from trinity.trainer import checkpoint as ckpt
 from trinity.utils.log import get_actor_logger
@@ -273,6 +278,10 @@ class TrainerRole:
         # sync_method memory on one node: the shared-memory slot (trinity.sync.weight_slot)
         self.slot = weights.slot_writer(config, synchronizer)
         self._published = 0  # the newest policy version this trainer published
+        # the buffer's read position after the last batch read, and after the last one
+        # a finished step trained on (the one its checkpoint keeps)
+        self._read_position: dict[str, Any] | None = None
+        self._trained_position: dict[str, Any] | None = None
         if self.slot is not None:
             self.logger.info("weights are published through the shared file %s", self.slot.path)
 
@@ -283,7 +292,7 @@ class TrainerRole:
 
     def _read_buffer(self, n: int) -> list:
         timeout = self.config.buffer.trainer_input.experience_buffer.max_read_timeout
-        batch = self.buffer.get.remote(n, timeout)
+        batch = self.buffer.read.remote(n, timeout)
         if self._answers_requests():
             # explorer_driven: the explorer may wait for these weights before it explores
             # the steps this batch needs
@@ -291,7 +300,8 @@ class TrainerRole:
                 step = self.trainer.global_step
                 if step > self._published and ray.get(self.sync.sync_requested.remote()):
                     self._publish(step)
-        return ray.get(batch)
+        experiences, self._read_position = ray.get(batch)
+        return experiences
 
     def _answers_requests(self) -> bool:
         cfg = self.config
@@ -330,17 +340,18 @@ class TrainerRole:
                 ray.get(self.sync.report.remote("trainer", step, metrics))
                 self.logger.info("train step %d ends: %s", step, _brief(metrics))
                 completed = step
+                self._trained_position = self._read_position
                 requested = self._answers_requests() and ray.get(self.sync.sync_requested.remote())
                 if weights.publishes(cfg) and weights.trainer_publishes_at(
                     cfg, step, total_steps, requested
                 ):
                     self._publish(step)
                 if cfg.trainer.save_interval > 0 and step % cfg.trainer.save_interval == 0:
-                    self.trainer.save_checkpoint(self.job_dir, step, keep)
+                    self._save_checkpoint(step, keep)
         finally:
             # the final weights are always kept; a failed step is never saved
             if completed > start_step and ckpt.read_latest(self.job_dir) != completed:
-                self.trainer.save_checkpoint(self.job_dir, completed, keep)
+                self._save_checkpoint(completed, keep)
             weights.set_trainer_status(self.job_dir, "finished")
             ray.get(self.sync.finish.remote("trainer"))
             self.monitor.close()
@@ -349,6 +360,13 @@ class TrainerRole:
         if export_hf and completed > 0:
             final_model_dir = str(self.trainer.export_hf(self.job_dir, completed))
         return {"steps": completed, "final_model_dir": final_model_dir}
+
+    def _save_checkpoint(self, step: int, keep: int | None) -> None:
+        """The checkpoint of ``step``, after the read position its batch left the buffer
+        at (never a later read's: a failed next step may have read one)."""
+        if self._trained_position is not None:
+            save_buffer_position(self.job_dir, step, self._trained_position)
+        self.trainer.save_checkpoint(self.job_dir, step, keep)
 
     def _resume(self, step: int) -> None:
         """Continue after the full checkpoint of ``step`` (model, optimizer, LR, RNG)."""

@@ -202,6 +202,9 @@ def run_stage(
                 if trainer_actors.rebuilt is not None:
                     rebuilding.append(trainer_actors.rebuilt)
             ray.get(rebuilding)  # a start error is kept for the first call, as in a new actor
+            if buffer is not None and start_step and mode != "explore":
+                # before the explorer stores anything: the trainer's checkpointed read position
+                ray.get(buffer.resume.remote(str(job_dir), start_step, mode == "both"))
             kept.kill_all()  # what the stage before left and this one did not take
             refs: dict[str, Any] = {}
             if explorer is not None:

@@ -13,6 +13,10 @@ from trinity.config.setting import setting
 
 StorageType = Literal["file", "queue", "sql"]
 
+# seconds; PostgreSQL's connect_timeout and lock_timeout (trinity.buffer.sql_storage)
+CONNECT_TIMEOUT = 10.0
+LOCK_TIMEOUT = 10.0
+
 
 @dataclass
 class FormatConfig:
@@ -163,6 +167,12 @@ class StorageConfig:
         ReplayBufferConfig, "priority queue with reuse (queue); same as use_priority_queue"
     )
     capacity: int = setting(10000, "most experiences held in memory (queue)")
+    connect_timeout: float = setting(
+        CONNECT_TIMEOUT, "seconds to wait for a PostgreSQL connection (sql; at least 2)"
+    )
+    lock_timeout: float = setting(
+        LOCK_TIMEOUT, "seconds a PostgreSQL statement waits for a lock another holds (sql)"
+    )
     skip_invalid_rows: bool = setting(
         False,
         "skip and count malformed rows instead of stopping with an error naming file, line and key",
