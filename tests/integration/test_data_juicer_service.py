@@ -334,6 +334,19 @@ def test_a_wrong_token_fails_at_connect_naming_the_key(server_url: str) -> None:
     assert "401" in message and "service.data_juicer.token" in message and "\n" not in message
 
 
+def test_the_server_does_not_start_without_a_token() -> None:
+    env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
+    out = subprocess.run(
+        [sys.executable, "-m", "trinity.service.data_juicer.server", "--port", "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode != 0 and out.stdout == ""
+    assert out.stderr.startswith(f"{TOKEN_ENV} is not set: ")
+
+
 def test_server_url_without_a_token_names_the_key_and_the_variable(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
