@@ -2,10 +2,11 @@
 
 ``trinity run`` (and ``--dry-run``) calls ``check_lookups`` after ``load_config`` and the
 ``--plugin-dir`` imports, so a workflow, reward function, pipeline operator or monitor
-the run could not find, or a dataset path that holds nothing, fails in one line naming
-the key instead of when the explorer or trainer starts. These checks depend on this machine
-(its files, the plugins imported, the modules installed), so they are not part of
-``validate``, which judges the config alone.
+the run could not find, a dataset path that holds nothing, or a ``checkpoint_root_dir``
+the run cannot create, fails in one line naming the key instead of when the explorer or
+trainer starts. These checks depend on this machine (its files, the plugins imported,
+the modules installed), so they are not part of ``validate``, which judges the config
+alone.
 
 A name is valid when it is built in, registered by a plugin, or a dotted path
 ``pkg.module.Name`` that imports. Built-in names are known from ``BUILTIN_NAMES`` without
@@ -144,6 +145,24 @@ def check_data_path(path: str, given: str) -> None:
     raise ConfigError(path, f"no such file or directory{where}", value=given, valid=valid)
 
 
+def check_job_dir(cfg: Config) -> None:
+    """The run can make ``<checkpoint_root_dir>/<project>/<name>`` or write in it, judged
+    without creating anything: the nearest part of it that exists must be a directory this
+    process may write in (``os.access``; root may write in any, but never under a file)."""
+    target = os.path.abspath(job_dir_of(cfg))  # relative: to the working directory, as the run
+    found = target
+    while not os.path.lexists(found):  # ends at "/", which exists
+        found = os.path.dirname(found)
+    valid = "a directory this process can create or write in"
+    if not os.path.isdir(found):  # a regular file, or a symlink to nothing or to a file
+        problem = f"cannot be created: {found} is not a directory"
+    elif not os.access(found, os.W_OK | os.X_OK):
+        problem = f"cannot be created or written: {found} is not writable"
+    else:
+        return
+    raise ConfigError("checkpoint_root_dir", problem, value=cfg.checkpoint_root_dir, valid=valid)
+
+
 def checkpoint_step(path: str, given: str, job_dir: Path) -> int:
     """The step of the full checkpoint ``given`` names: ``<job_dir>/global_step_<N>``
     (or a path inside it); else ConfigError."""
@@ -178,6 +197,7 @@ def _is_full_checkpoint(actor: Path) -> bool:
 
 
 def _check_stage(cfg: Config) -> None:
+    check_job_dir(cfg)
     for path, kind, name in _names(cfg):
         check_name(path, kind, name)
     for prefix, taskset in _tasksets(cfg):

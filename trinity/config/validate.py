@@ -72,6 +72,12 @@ def _required(path: str, value: str | None, what: str) -> None:
         raise ConfigError(path, f"is required: {what}", value=value, valid="a non-empty string")
 
 
+# the seeds torch.manual_seed and torch.Generator.manual_seed take (a C int64 or uint64);
+# random.seed takes any integer, and the numpy generators take the seed modulo 2**64
+TORCH_SEEDS = (-(2**63), 2**64 - 1)
+TORCH_SEEDS_TEXT = "[-2**63, 2**64 - 1]"
+
+
 def _check_global(cfg: Config) -> None:
     _required("project", cfg.project, "the project name")
     _required("name", cfg.name, "the experiment name")
@@ -86,6 +92,13 @@ def _check_global(cfg: Config) -> None:
         )
     _at_least("cluster.node_num", cfg.cluster.node_num, 1)
     _at_least("cluster.gpu_per_node", cfg.cluster.gpu_per_node, 0)
+    if not TORCH_SEEDS[0] <= cfg.seed <= TORCH_SEEDS[1]:
+        raise ConfigError(
+            "seed",
+            "is outside what torch.manual_seed takes",
+            value=cfg.seed,
+            valid=f"an integer in {TORCH_SEEDS_TEXT}",
+        )
 
 
 # advantage functions that read Experience.teacher_logprobs (on-policy distillation)
@@ -453,6 +466,34 @@ def _check_engine(path: str, engine: InferenceModelConfig) -> None:
             f"exceeds {path}.max_model_len ({limit})",
             value=response,
             valid=f"at most {limit}",
+        )
+    prompt = engine.max_prompt_tokens
+    if limit is not None and prompt is not None and response is not None:
+        if prompt + response > limit:
+            raise ConfigError(
+                f"{path}.max_model_len",
+                f"is shorter than max_prompt_tokens + max_response_tokens ({prompt} + "
+                f"{response} = {prompt + response})",
+                value=limit,
+                valid=f"at least {prompt + response}, or smaller {path}.max_prompt_tokens "
+                "/ max_response_tokens (the rollout model's are model's where unset)",
+            )
+    _check_engine_seed(path, engine)
+
+
+def _check_engine_seed(path: str, engine: InferenceModelConfig) -> None:
+    """Replica ``i`` of an engine samples with ``seed + i`` (trinity/explorer/engines.py)."""
+    if engine.seed is None:
+        return
+    replicas = max(engine.engine_num, 1)
+    if engine.seed < TORCH_SEEDS[0] or engine.seed + replicas - 1 > TORCH_SEEDS[1]:
+        index = 0 if engine.seed < TORCH_SEEDS[0] else replicas - 1
+        replica = f"replica {index} would sample with seed {engine.seed + index}"
+        raise ConfigError(
+            f"{path}.seed",
+            f"is outside what torch.manual_seed takes ({replica}: seed + replica index)",
+            value=engine.seed,
+            valid=f"seed .. seed + engine_num - 1 in {TORCH_SEEDS_TEXT}; unset: the global seed",
         )
 
 

@@ -64,7 +64,9 @@ class Config:
     ray_namespace: str | None = setting(
         None, "Ray namespace of the run's actors; unset: <project>/<name>"
     )
-    seed: int = setting(42, "seed of sampling, shuffling and initialisation")
+    seed: int = setting(
+        42, "seed of sampling, shuffling and initialisation; in [-2**63, 2**64 - 1], as torch takes"
+    )
     algorithm: AlgorithmConfig = setting(AlgorithmConfig, "algorithm and its parts")
     model: ModelConfig = setting(ModelConfig, "the trained model and token limits")
     cluster: ClusterConfig = setting(ClusterConfig, "nodes and GPUs")

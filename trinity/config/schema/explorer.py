@@ -65,7 +65,9 @@ class InferenceModelConfig:
         None, "most generated tokens; unset for the rollout model: model.max_response_tokens"
     )
     max_model_len: int | None = setting(
-        None, "longest sequence; unset: model.max_model_len (rollout) or prompt + response tokens"
+        None,
+        "longest sequence, at least max_prompt_tokens + max_response_tokens; unset: "
+        "model.max_model_len (rollout) or prompt + response tokens",
     )
 
 
