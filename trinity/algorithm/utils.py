@@ -5,6 +5,9 @@ the logits (B, T, V) are the largest tensor of the step (V ~ 50k-150k). They wal
 the B*T token positions in chunks and have hand-written backward passes, so neither the
 forward nor the backward ever holds a second full-vocabulary tensor besides the logits
 and (in backward) their gradient. Results are float32 whatever the logits' dtype.
+
+The temperature T divides the logits first: one float for every row, or a (B,) tensor
+with one per row (rows sampled at different temperatures share a batch).
 """
 
 from __future__ import annotations
@@ -68,28 +71,89 @@ def _rows_per_chunk(vocab: int, chunk_size: int | None) -> int:
     return max(1, _CHUNK_BYTES // (4 * vocab))
 
 
-def _scaled(chunk: torch.Tensor, temperature: float) -> torch.Tensor:
-    """``chunk`` divided by the temperature (in float32); unchanged when it is 1.
+Temperature = float | torch.Tensor  # one T for every row, or (B,) one per row
+
+
+def _temperature(temperature: Temperature, rows: int) -> Temperature:
+    """``temperature`` checked: a float, or a (rows,) float32 tensor when the rows'
+    temperatures differ (one equal for every row becomes that float)."""
+    if not isinstance(temperature, torch.Tensor):
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        return float(temperature)
+    if temperature.shape != (rows,):
+        raise ValueError(
+            f"one temperature per row: {tuple(temperature.shape)} for {rows} rows"
+            if temperature.dim() != 1
+            else f"one temperature per row: {temperature.numel()} for {rows} rows"
+        )
+    bad = (~(temperature > 0)).nonzero()
+    if bad.numel():
+        row = int(bad[0, 0])
+        raise ValueError(f"temperature must be > 0, got {float(temperature[row])} in row {row}")
+    if bool((temperature == temperature[0]).all()):
+        return float(temperature[0])
+    return temperature.float()
+
+
+def _positions(temperature: Temperature, steps: int) -> Temperature:
+    """A per-row ``temperature`` as (B * T, 1), one per token position; a float as is."""
+    if isinstance(temperature, float):
+        return temperature
+    return temperature.repeat_interleave(steps)[:, None]
+
+
+def _runs(temperature: Temperature, rows: int) -> list[tuple[slice, float]]:
+    """The rows as runs of one temperature each: (rows of the run, its temperature)."""
+    if isinstance(temperature, float):
+        return [(slice(0, rows), temperature)]
+    values = temperature.tolist()
+    runs, start = [], 0
+    for row in range(1, rows + 1):
+        if row == rows or values[row] != values[start]:
+            runs.append((slice(start, row), values[start]))
+            start = row
+    return runs
+
+
+def _scaled(chunk: torch.Tensor, temperature: Temperature) -> torch.Tensor:
+    """``chunk`` divided by the temperature (in float32): a float, or each position's
+    (N, 1); unchanged when it is the float 1.
 
     The softmax kernels below upcast to float32 themselves, so a bf16 chunk is never
     copied just to change its dtype.
     """
-    return chunk if temperature == 1.0 else chunk.float() / temperature
+    if isinstance(temperature, float) and temperature == 1.0:
+        return chunk
+    return chunk.float() / temperature
+
+
+def _part(temperature: Temperature, start: int, end: int) -> Temperature:
+    """The temperatures of positions ``start:end`` of :func:`_positions`' result."""
+    return temperature if isinstance(temperature, float) else temperature[start:end]
+
+
+def _cat(parts: list[torch.Tensor]) -> torch.Tensor:
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 class _KernelLogprobs(torch.autograd.Function):
     """:class:`_LogprobsFromLogits` for (B, T, V) bf16 logits, with the fused CPU kernels:
-    two read-only passes over each position's logits forward, one backward."""
+    two read-only passes over each position's logits forward, one backward. The kernel
+    takes one temperature: rows of different temperatures run as one call per run of
+    rows that share one (each a view of the logits, no copy)."""
 
     @staticmethod
     def forward(ctx, logits, labels, temperature, with_entropy):  # type: ignore[override]
         from trinity import kernels
 
         lib = kernels.load()
-        out, lse, entropy = lib.logprob_rows(logits, labels, temperature, with_entropy)
+        runs = _runs(temperature, logits.shape[0])
+        parts = [lib.logprob_rows(logits[r], labels[r], t, with_entropy) for r, t in runs]
+        out, lse = _cat([p[0] for p in parts]), _cat([p[1] for p in parts])
+        entropy = _cat([p[2] for p in parts]) if with_entropy else out.new_empty(0)
         ctx.save_for_backward(logits, labels, lse)
-        ctx.temperature = temperature
-        entropy = entropy if entropy is not None else out.new_empty(0)
+        ctx.runs = runs
         ctx.mark_non_differentiable(entropy)
         return out, entropy
 
@@ -98,8 +162,13 @@ class _KernelLogprobs(torch.autograd.Function):
     def backward(ctx, grad_out, _grad_entropy):  # type: ignore[override]
         from trinity import kernels
 
+        lib = kernels.load()
         logits, labels, lse = ctx.saved_tensors
-        grad = kernels.load().logprob_rows_backward(logits, labels, lse, grad_out, ctx.temperature)
+        grad = torch.empty(logits.shape, dtype=torch.bfloat16)
+        for rows, t in ctx.runs:
+            lib.logprob_rows_backward(
+                logits[rows], labels[rows], lse[rows], grad_out[rows], t, out=grad[rows]
+            )
         return grad, None, None, None
 
 
@@ -121,7 +190,8 @@ def _use_kernel(logits: torch.Tensor, chunk_size: int | None) -> bool:
 
 class _LogprobsFromLogits(torch.autograd.Function):
     """log softmax(logits / temperature)[label], chunked over token positions; with
-    ``with_entropy`` also the entropy from the same log-softmax (not differentiable)."""
+    ``with_entropy`` also the entropy from the same log-softmax (not differentiable).
+    ``temperature``: a float or each position's (B * T, 1) (:func:`_positions`)."""
 
     @staticmethod
     def forward(ctx, logits, labels, temperature, rows, with_entropy):  # type: ignore[override]
@@ -135,7 +205,9 @@ class _LogprobsFromLogits(torch.autograd.Function):
         for start in range(0, flat.shape[0], rows):
             end = start + rows
             log_probs = torch.log_softmax(
-                _scaled(flat[start:end], temperature), dim=-1, dtype=torch.float32
+                _scaled(flat[start:end], _part(temperature, start, end)),
+                dim=-1,
+                dtype=torch.float32,
             )
             out[start:end] = log_probs.gather(-1, flat_labels[start:end]).squeeze(-1)
             if with_entropy:
@@ -159,17 +231,19 @@ class _LogprobsFromLogits(torch.autograd.Function):
         for start in range(0, flat.shape[0], rows):
             end = start + rows
             # d/dx_j [x_label - lse(x)] = 1[j = label] - softmax(x)_j, times 1/T for x = z/T
-            g = torch.softmax(_scaled(flat[start:end], temperature), dim=-1, dtype=torch.float32)
+            t = _part(temperature, start, end)
+            g = torch.softmax(_scaled(flat[start:end], t), dim=-1, dtype=torch.float32)
             g.mul_(-grad[start:end])
             g.scatter_add_(-1, flat_labels[start:end], grad[start:end])
-            if temperature != 1.0:
-                g.div_(temperature)
+            if not isinstance(t, float) or t != 1.0:
+                g.div_(t)
             grad_logits[start:end] = g
         return grad_logits.view(logits.shape), None, None, None, None
 
 
 class _EntropyFromLogits(torch.autograd.Function):
-    """Entropy of softmax(logits / temperature), chunked over token positions."""
+    """Entropy of softmax(logits / temperature), chunked over token positions;
+    ``temperature`` as :class:`_LogprobsFromLogits`'."""
 
     @staticmethod
     def forward(ctx, logits, temperature, rows):  # type: ignore[override]
@@ -179,7 +253,9 @@ class _EntropyFromLogits(torch.autograd.Function):
         for start in range(0, flat.shape[0], rows):
             end = start + rows
             log_probs = torch.log_softmax(
-                _scaled(flat[start:end], temperature), dim=-1, dtype=torch.float32
+                _scaled(flat[start:end], _part(temperature, start, end)),
+                dim=-1,
+                dtype=torch.float32,
             )
             entropy[start:end] = -torch.linalg.vecdot(log_probs.exp(), log_probs)
         ctx.save_for_backward(logits, entropy)
@@ -199,12 +275,15 @@ class _EntropyFromLogits(torch.autograd.Function):
             end = start + rows
             # dH/dx_j = -p_j (log p_j + H), times 1/T for x = z/T
             log_probs = torch.log_softmax(
-                _scaled(flat[start:end], temperature), dim=-1, dtype=torch.float32
+                _scaled(flat[start:end], _part(temperature, start, end)),
+                dim=-1,
+                dtype=torch.float32,
             )
             probs = log_probs.exp()
             g = log_probs.add_(entropy[start:end, None]).mul_(probs).mul_(-grad[start:end])
-            if temperature != 1.0:
-                g.div_(temperature)
+            t = _part(temperature, start, end)
+            if not isinstance(t, float) or t != 1.0:
+                g.div_(t)
             grad_logits[start:end] = g
         return grad_logits.view(logits.shape), None, None
 
@@ -212,7 +291,7 @@ class _EntropyFromLogits(torch.autograd.Function):
 def logprobs_from_logits(
     logits: torch.Tensor,
     labels: torch.Tensor,
-    temperature: float = 1.0,
+    temperature: Temperature = 1.0,
     chunk_size: int | None = None,
 ) -> torch.Tensor:
     """Log-probability of each label under softmax(logits / temperature).
@@ -221,27 +300,37 @@ def logprobs_from_logits(
         logits: (B, T, V) any float dtype; the logits that predict ``labels``
             (i.e. already shifted by one position).
         labels: (B, T) int64 token ids in [0, V).
-        temperature: the sampling temperature the rollout engine used.
+        temperature: the sampling temperature the rollout engine used: a float, or a
+            (B,) tensor with each row's.
         chunk_size: token positions per chunk; None picks about 2 MiB of float32 per chunk.
 
     Returns:
         (B, T) float32, differentiable with respect to ``logits``.
     """
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
+    return _logprobs(logits, labels, temperature, chunk_size, False)[0]
+
+
+def _logprobs(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    temperature: Temperature,
+    chunk_size: int | None,
+    with_entropy: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
     if logits.shape[:-1] != labels.shape:
         raise ValueError(f"logits {tuple(logits.shape)} do not match labels {tuple(labels.shape)}")
+    temperature = _temperature(temperature, logits.shape[0])
     if _use_kernel(logits, chunk_size):
-        return _KernelLogprobs.apply(logits, labels.long(), float(temperature), False)[0]
+        return _KernelLogprobs.apply(logits, labels.long(), temperature, with_entropy)
     rows = _rows_per_chunk(logits.shape[-1], chunk_size)
-    logprobs, _ = _LogprobsFromLogits.apply(logits, labels.long(), float(temperature), rows, False)
-    return logprobs
+    per_position = _positions(temperature, labels.numel() // max(labels.shape[0], 1))
+    return _LogprobsFromLogits.apply(logits, labels.long(), per_position, rows, with_entropy)
 
 
 def logprobs_and_entropy(
     logits: torch.Tensor,
     labels: torch.Tensor,
-    temperature: float = 1.0,
+    temperature: Temperature = 1.0,
     chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`logprobs_from_logits` plus the entropy as a metric, from one log-softmax pass.
@@ -250,30 +339,24 @@ def logprobs_and_entropy(
         logprobs (B, T) float32, differentiable; entropy (B, T) float32, without gradient
         (use :func:`entropy_from_logits` when an entropy loss needs one).
     """
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
-    if logits.shape[:-1] != labels.shape:
-        raise ValueError(f"logits {tuple(logits.shape)} do not match labels {tuple(labels.shape)}")
-    if _use_kernel(logits, chunk_size):
-        return _KernelLogprobs.apply(logits, labels.long(), float(temperature), True)
-    rows = _rows_per_chunk(logits.shape[-1], chunk_size)
-    return _LogprobsFromLogits.apply(logits, labels.long(), float(temperature), rows, True)
+    return _logprobs(logits, labels, temperature, chunk_size, True)
 
 
 def entropy_from_logits(
-    logits: torch.Tensor, chunk_size: int | None = None, temperature: float = 1.0
+    logits: torch.Tensor, chunk_size: int | None = None, temperature: Temperature = 1.0
 ) -> torch.Tensor:
     """Entropy -sum_v p_v log p_v of softmax(logits / temperature) at each position.
 
     Args:
         logits: (B, T, V) any float dtype.
         chunk_size: token positions per chunk; None picks about 2 MiB of float32 per chunk.
-        temperature: divide the logits by this first (use the rollout temperature).
+        temperature: divide the logits by this first (use the rollout temperature): a
+            float, or a (B,) tensor with each row's.
 
     Returns:
         (B, T) float32, differentiable with respect to ``logits``.
     """
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
+    temperature = _temperature(temperature, logits.shape[0])
     rows = _rows_per_chunk(logits.shape[-1], chunk_size)
-    return _EntropyFromLogits.apply(logits, float(temperature), rows)
+    steps = logits[..., 0].numel() // max(logits.shape[0], 1)
+    return _EntropyFromLogits.apply(logits, _positions(temperature, steps), rows)

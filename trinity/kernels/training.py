@@ -142,8 +142,10 @@ class TrainingKernels:
         lse: torch.Tensor,
         grad: torch.Tensor,
         temperature: float,
+        out: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """d(sum grad * logprob) / d logits: (B, T, V) bf16, contiguous."""
+        """d(sum grad * logprob) / d logits: (B, T, V) bf16, contiguous; written into
+        ``out`` when given (rows of a larger gradient, one call per temperature)."""
         self._check_logits(logits, labels, temperature)
         batch, steps, vocab = logits.shape
         check_contiguous(lse, torch.float32, "lse", (batch, steps))
@@ -155,7 +157,9 @@ class TrainingKernels:
         need(grad.device.type == "cpu", "grad", f"need a CPU tensor, got {grad.device}")
         grad = grad.float().contiguous()
         labels = labels.contiguous()
-        out = torch.empty((batch, steps, vocab), dtype=torch.bfloat16)
+        if out is None:
+            out = torch.empty((batch, steps, vocab), dtype=torch.bfloat16)
+        check_contiguous(out, torch.bfloat16, "out", (batch, steps, vocab))
         self.lib.logprob_rows_backward(
             logits.data_ptr(), labels.data_ptr(), lse.data_ptr(), grad.data_ptr(),
             out.data_ptr(), batch, steps, vocab, logits.stride(0), logits.stride(1),

@@ -19,7 +19,8 @@ differently (rare; the reply's own tokens are always the ones trained on).
 A call continues an earlier one when its messages start with that call's messages and
 reply, and the template's rendering of the conversation starts with the text of the
 tokens recorded so far. Calls that continue nothing (or whose text does not line up,
-e.g. a reply cut at a stop string) stay as they were.
+e.g. a reply cut at a stop string, or that sampled at another temperature than the
+turns before) stay as they were.
 """
 
 from __future__ import annotations
@@ -86,8 +87,11 @@ def _turns(messages: list[dict[str, Any]]) -> list[tuple[Any, Any]]:
 def _join(
     conv: Experience, exp: Experience, tokenizer: Any, template_args: dict[str, Any]
 ) -> Experience | None:
-    """``conv`` followed by the glue tokens and ``exp``'s reply; None if they do not line up."""
+    """``conv`` followed by the glue tokens and ``exp``'s reply; None if they do not line up
+    or were sampled at different temperatures (one experience has one)."""
     assert conv.messages is not None and exp.messages is not None
+    if conv.temperature != exp.temperature:
+        return None
     seen = tokenizer.decode(conv.tokens.tolist(), skip_special_tokens=False)
     rendered = tokenizer.apply_chat_template(
         conv.messages, tokenize=False, add_generation_prompt=False, **template_args
@@ -114,6 +118,7 @@ def _join(
         ),
         eid=conv.eid,
         info=info,
+        temperature=exp.temperature,
         prompt_text=conv.prompt_text,
         response_text=tokenizer.decode(
             torch.cat([conv.response_tokens, torch.tensor(glue, dtype=torch.long), response]),

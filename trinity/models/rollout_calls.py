@@ -101,8 +101,10 @@ def pack_experiences(
     tokenizer: Any, call: PreparedCall, samples: list[list[Sample]]
 ) -> list[Experience]:
     """One Experience per sample, prompt by prompt: prompt + response tokens, the
-    engine's logprobs, texts (the response ends before a stop string), messages with
-    the reply appended for a chat call."""
+    engine's logprobs and the temperature they were taken at (the call's; 1 for a greedy
+    call, see :mod:`trinity.models.sampling`), texts (the response ends before a stop
+    string), messages with the reply appended for a chat call."""
+    temperature = call.params.temperature if call.params.temperature > 0 else 1.0
     if call.stop:
         samples = [[cut_at_stop(tokenizer, s, call.stop) for s in per] for per in samples]
     experiences = []
@@ -126,6 +128,7 @@ def pack_experiences(
                     prompt_text=text,
                     response_text=response_text,
                     messages=messages,
+                    temperature=float(temperature),
                     info={
                         "model_version": sample.model_version,
                         "finish_reason": sample.finish_reason,

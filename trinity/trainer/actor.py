@@ -473,12 +473,14 @@ def forward_logprobs(
     model: torch.nn.Module,
     batch: TrainBatch,
     *,
-    temperature: float = 1.0,
+    temperature: float | None = None,
     compute_entropy: bool = False,
     entropy_grad: bool = False,
     compute_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log pi(a_t|s_t) of the response tokens (B, R) and optionally the entropy (B, R).
+    """Log pi(a_t|s_t) of the response tokens (B, R) and optionally the entropy (B, R),
+    each row's logits divided by its rollout's temperature (``batch.temperatures``), or
+    by ``temperature`` for every row when given.
 
     The entropy is differentiable only with ``entropy_grad`` (an entropy loss is used);
     otherwise it is a metric and costs no backward pass.
@@ -486,6 +488,8 @@ def forward_logprobs(
     with autocast_context(compute_dtype, batch.input_ids.device.type):
         logits = response_logits(model, batch)
     labels = batch.input_ids[:, batch.prompt_width :]
+    if temperature is None:
+        temperature = batch.temperatures
     if compute_entropy and not entropy_grad:
         # a metric only: from the same log-softmax pass as the log-probs
         return logprobs_and_entropy(logits, labels, temperature=temperature)

@@ -5,6 +5,9 @@ sequence's response starts at column P. The logits that predict response token j
 at column P - 1 + j, which lets the actor ask the model for only the last R + 1
 positions' logits.
 
+Each row keeps the temperature its rollout sampled at (``temperatures``): the trainer
+divides that row's logits by it wherever it computes log-probs.
+
 A DPO experience (``rejected`` set) becomes two rows, the chosen response then the
 rejected one, so rows 2k and 2k + 1 form a pair (``paired``); micro-batches then keep
 pairs together.
@@ -13,6 +16,8 @@ pairs together.
 from __future__ import annotations
 
 import logging
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
 import torch
@@ -35,6 +40,7 @@ class TrainBatch:
     group_ids: torch.Tensor  # (B,) int64, equal for rollouts of the same task
     model_versions: torch.Tensor  # (B,) int64, policy version that sampled each sequence
     is_expert: torch.Tensor  # (B,) bool, demonstrations (mix) rather than rollouts
+    temperatures: torch.Tensor  # (B,) float32 T of each row's log-probs, log_softmax(z / T)
     prompt_width: int  # P
     paired: bool = False  # rows 2k, 2k + 1 are a (chosen, rejected) pair
     ref_logprobs: torch.Tensor | None = None  # (B, R) log pi_ref(a|s)
@@ -180,8 +186,18 @@ def _rows(exp: Experience) -> list[_Row]:
     ]
 
 
-def collate(experiences: list[Experience], pad_token_id: int) -> TrainBatch:
-    """Pad and stack experiences; group ids come from ``eid.group`` (task within a batch)."""
+def collate(
+    experiences: list[Experience],
+    pad_token_id: int,
+    temperature: float = 1.0,
+    taskset_temperatures: Mapping[str, float] | None = None,
+) -> TrainBatch:
+    """Pad and stack experiences; group ids come from ``eid.group`` (task within a batch).
+
+    Each row's temperature is its experience's; one without (written before experiences
+    kept it, or a dataset row) takes its taskset's from ``taskset_temperatures`` (by
+    ``info["taskset"]``), else ``temperature``.
+    """
     if not experiences:
         raise ValueError("cannot collate an empty list of experiences")
     paired = [e.rejected is not None for e in experiences]
@@ -219,11 +235,28 @@ def collate(experiences: list[Experience], pad_token_id: int) -> TrainBatch:
         group_ids=group_ids,
         model_versions=torch.tensor([r.exp.model_version for r in rows], dtype=torch.long),
         is_expert=torch.tensor([bool(r.exp.info.get("is_expert", False)) for r in rows]),
+        temperatures=torch.tensor(
+            [_temperature(r.exp, temperature, taskset_temperatures or {}) for r in rows],
+            dtype=torch.float32,
+        ),
         prompt_width=prompt_width,
         paired=all(paired),
         **_step_fields(rows),
         teacher_logprobs=teacher_logprobs,
     )
+
+
+def _temperature(exp: Experience, default: float, tasksets: Mapping[str, float]) -> float:
+    """The temperature of ``exp``'s log-probs (see :func:`collate`), checked."""
+    value = exp.temperature
+    if value is None:
+        value = tasksets.get(str(exp.info.get("taskset")), default)
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        raise ValueError(
+            f"experience {exp.eid}: temperature {value!r}; the trainer divides the logits "
+            "by it, so it must be a finite number > 0"
+        )
+    return float(value)
 
 
 def _teacher_logprobs(rows: list[_Row], response_width: int) -> torch.Tensor | None:

@@ -1,5 +1,7 @@
 """Log-probs of a batch without gradient, over the trainer's ranks: the reference
-model's, and the policy's own when rollout correction recomputes the old log-probs."""
+model's, and the policy's own when rollout correction recomputes the old log-probs.
+Each row's at its rollout's temperature (``TrainBatch.temperatures``), so that both sides
+of a ratio or a KL term divide that row's logits by the same T."""
 
 from __future__ import annotations
 
@@ -16,7 +18,6 @@ def batch_logprobs(
     micro_size: int,
     max_tokens: int | None,
     *,
-    temperature: float,
     compute_dtype: torch.dtype | None,
     rank: int = 0,
     world_size: int = 1,
@@ -31,12 +32,12 @@ def batch_logprobs(
     ``device``: the model's (None: the batch's); each micro-batch goes there and its
     log-probs come back to the batch's device."""
     if every_row or world_size == 1:
-        return _forward(model, batch, micro_size, max_tokens, temperature, compute_dtype, device)
+        return _forward(model, batch, micro_size, max_tokens, compute_dtype, device)
     rows = distributed.rows_of_rank(batch, rank, world_size, balance)
     part = batch.select(rows)
     local = batch.old_logprobs[rows]
     if part.size:
-        local = _forward(model, part, micro_size, max_tokens, temperature, compute_dtype, device)
+        local = _forward(model, part, micro_size, max_tokens, compute_dtype, device)
     return distributed.all_reduce_rows(batch.old_logprobs, rows, local)
 
 
@@ -45,7 +46,6 @@ def _forward(
     batch: TrainBatch,
     micro_size: int,
     max_tokens: int | None,
-    temperature: float,
     compute_dtype: torch.dtype | None,
     device: torch.device | None = None,
 ) -> torch.Tensor:
@@ -56,7 +56,6 @@ def _forward(
             forward_logprobs(
                 model,
                 m if device is None else m.to(device),
-                temperature=temperature,
                 compute_dtype=compute_dtype,
             )[0].to(home)
             for m in micros

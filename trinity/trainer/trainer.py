@@ -71,10 +71,19 @@ __all__ = [
 
 
 def _rollout_temperature(config: Config) -> float:
+    """The first taskset's temperature: that of rows with neither their own nor a taskset's."""
     taskset = config.buffer.explorer_input.taskset
     if taskset is None or not taskset.rollout_args.temperature:
         return 1.0
     return float(taskset.rollout_args.temperature)
+
+
+def _taskset_temperatures(config: Config) -> dict[str, float]:
+    """Each training taskset's configured temperature, by name: the temperature of its
+    rows written before experiences kept their own (greedy, 0, sampled logprobs at 1)."""
+    inputs = config.buffer.explorer_input
+    storages = list(inputs.tasksets) or ([inputs.taskset] if inputs.taskset else [])
+    return {s.name: float(s.rollout_args.temperature or 1.0) for s in storages}
 
 
 class Trainer:
@@ -217,6 +226,7 @@ class Trainer:
         self.grad_clip = float(actor_cfg.grad_clip)
         self.ppo_epochs = max(1, int(actor_cfg.ppo_epochs))
         self.temperature = _rollout_temperature(config)
+        self.taskset_temperatures = _taskset_temperatures(config)
         self.max_response_tokens = config.model.max_response_tokens
         self.global_step = 0
 
@@ -240,7 +250,7 @@ class Trainer:
     @torch.no_grad()
     def prepare(self, experiences: list[Experience]) -> tuple[TrainBatch, dict[str, float]]:
         """Collate ``experiences`` and fill reference log-probs, values and advantages."""
-        batch = collate(experiences, self.pad_token_id)
+        batch = collate(experiences, self.pad_token_id, self.temperature, self.taskset_temperatures)
         metrics: dict[str, float] = {}
         if not self.rollout_correction.bypass_mode:
             metrics.update(self._correct_rollout(batch))
@@ -285,7 +295,6 @@ class Trainer:
             batch,
             micro_size,
             max_tokens,
-            temperature=self.temperature,
             compute_dtype=self.autocast_dtype,
             rank=self.rank,
             world_size=self.world_size,
@@ -389,7 +398,6 @@ class Trainer:
         logprobs, entropy = forward_logprobs(
             self.model,
             micro,
-            temperature=self.temperature,
             compute_entropy=True,
             entropy_grad=self.entropy_has_grad,
             compute_dtype=self.autocast_dtype,

@@ -71,6 +71,7 @@ class Conversation:
         self.truncated = False
         self.turns = 0  # assistant turns sampled
         self.model_version = model.model_version
+        self.temperature: float | None = None  # of the replies' logprobs, one for all
         self._last_stop: int | None = None  # id of the stop token ending the last reply
 
     def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
@@ -102,6 +103,12 @@ class Conversation:
         limit = rollout_args.get("max_tokens") or self.model.max_response_tokens or self.room
         rollout_args = {**rollout_args, "max_tokens": min(int(limit), self.room)}
         [exp] = await self.model.agenerate_ids(self.tokens, n=1, **rollout_args)
+        if self.turns and exp.temperature != self.temperature:
+            raise ValueError(
+                f"Conversation.sample: temperature {exp.temperature} after turns sampled at "
+                f"{self.temperature}; one experience trains at one temperature"
+            )
+        self.temperature = exp.temperature
         ids = exp.response_tokens.tolist()
         self.tokens += ids
         self.action_mask += [True] * len(ids)
@@ -172,6 +179,7 @@ class Conversation:
             prompt_text=self.tokenizer.decode(self.tokens[: self.prompt_length]),
             response_text=assistant[-1] if assistant else "",
             messages=[dict(m) for m in self.messages],
+            temperature=self.temperature,
             info={
                 "model_version": self.model_version,
                 "turns": self.turns,

@@ -1,7 +1,8 @@
 """The trainer's speed levers give the same numbers as the slow paths they replace.
 
 - the rollout engine's logprobs serve as ``old_logprobs`` (no recompute pass): in sync
-  mode they equal the trainer's own forward pass on the same weights;
+  mode they equal the trainer's own forward pass on the same weights, each row at the
+  temperature it was sampled at;
 - short batches run attention through the grouped attention (matmuls in the inputs'
   dtype, grouped-query heads batched, no repeated K/V): same logprobs and gradients as
   SDPA's math backend and fused kernel in fp32, within bf16 rounding in bf16; models
@@ -52,29 +53,33 @@ def trainer(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> T
     return Trainer(cfg, model_dir=tiny_model_dir, total_steps=1)
 
 
-@pytest.mark.parametrize("temperature", [1.0, 0.7])
+# each question's rollouts at its own temperature: (1.0, 0.3) is two tasksets' batch
+@pytest.mark.parametrize("temperatures", [(1.0, 1.0), (0.7, 0.7), (1.0, 0.3)])
 def test_rollout_logprobs_equal_the_trainers_recompute(
-    tiny_model_dir: Path, trainer: Trainer, temperature: float
+    tiny_model_dir: Path, trainer: Trainer, temperatures: tuple[float, float]
 ) -> None:
     questions = ["What is 2 + 3?", "Name a colour, then count to five."]
     with TransformersEngine(str(tiny_model_dir), dtype="float32", seed=3) as engine:
         model = ModelWrapper(engine, max_response_tokens=8)
         experiences = []
-        for task, question in enumerate(questions):
-            exps = model.chat([{"role": "user", "content": question}], n=4, temperature=temperature)
+        for task, (question, t) in enumerate(zip(questions, temperatures, strict=True)):
+            exps = model.chat([{"role": "user", "content": question}], n=4, temperature=t)
             for run, exp in enumerate(exps):
                 exp.eid = EID(batch=0, task=task, run=run)
             experiences += exps
+    assert [e.temperature for e in experiences] == [t for t in temperatures for _ in range(4)]
     # prompts of different lengths and responses of 1..8 tokens: padding on both sides
     assert len({e.prompt_length for e in experiences}) == 2
-    batch = collate(experiences, trainer.pad_token_id)
+    # the trainer's first-taskset temperature (1.0) is no row's unless the row says so
+    batch = collate(experiences, trainer.pad_token_id, trainer.temperature)
     with torch.no_grad():
-        recomputed, _ = forward_logprobs(
-            trainer.model, batch, temperature=temperature, compute_dtype=torch.float32
-        )
+        recomputed, _ = forward_logprobs(trainer.model, batch, compute_dtype=torch.float32)
     mask = batch.action_mask.bool()
     assert mask.sum() > len(experiences)
-    torch.testing.assert_close(recomputed[mask], batch.old_logprobs[mask], atol=2e-4, rtol=0)
+    for row in range(batch.size):
+        torch.testing.assert_close(
+            recomputed[row][mask[row]], batch.old_logprobs[row][mask[row]], atol=2e-4, rtol=0
+        )
 
 
 def _logprobs_and_grads(trainer: Trainer, batch, backend: SDPBackend | None):
@@ -334,9 +339,7 @@ def test_reference_and_actor_agree_at_the_start_in_bf16(
     )
     trainer = Trainer(cfg, model_dir=tiny_model_dir, total_steps=1)
     batch, _ = trainer.prepare(grouped_rollouts())
-    logprobs, _ = forward_logprobs(
-        trainer.model, batch, temperature=trainer.temperature, compute_dtype=torch.bfloat16
-    )
+    logprobs, _ = forward_logprobs(trainer.model, batch, compute_dtype=torch.bfloat16)
     mask = batch.action_mask.bool()
     assert logprobs.requires_grad
     torch.testing.assert_close(logprobs.detach()[mask], batch.ref_logprobs[mask], atol=0, rtol=0)

@@ -127,7 +127,7 @@ def on_policy(trainer: Trainer, experiences: list) -> list:
     ratio is 1 (sppo's trust region would otherwise drop the tokens of random logprobs)."""
     batch = collate(experiences, trainer.pad_token_id)
     with torch.no_grad():
-        logprobs, _ = forward_logprobs(trainer.model, batch, temperature=trainer.temperature)
+        logprobs, _ = forward_logprobs(trainer.model, batch)
     for i, exp in enumerate(experiences):
         exp.logprobs = logprobs[i, : exp.tokens.numel() - exp.prompt_length].clone()
     return experiences
