@@ -30,3 +30,12 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 def minimal(tmp_path: Path) -> dict[str, Any]:
     """The smallest valid config of mode both (GRPO with 4 rollouts per task)."""
     return minimal_config(tmp_path)
+
+
+@pytest.fixture
+def data(minimal: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
+    """The minimal config, its taskset a file that exists."""
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"prompt": "1+1", "response": "2"}\n')
+    minimal["buffer"]["explorer_input"]["taskset"]["path"] = str(tasks)
+    return minimal

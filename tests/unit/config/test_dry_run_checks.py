@@ -23,15 +23,6 @@ REPO = Path(__file__).resolve().parents[3]
 TORCH_SEEDS = "[-2**63, 2**64 - 1]"
 
 
-@pytest.fixture
-def data(minimal: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
-    """The minimal config, its taskset a file that exists."""
-    tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text('{"prompt": "1+1", "response": "2"}\n')
-    minimal["buffer"]["explorer_input"]["taskset"]["path"] = str(tasks)
-    return minimal
-
-
 def dry_run(tmp_path: Path, data: dict[str, Any]) -> subprocess.CompletedProcess:
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(data), encoding="utf-8")

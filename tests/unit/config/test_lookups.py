@@ -18,15 +18,6 @@ NOW = datetime(2024, 5, 6, 7, 8, 9)
 REPO = Path(__file__).resolve().parents[3]
 
 
-@pytest.fixture
-def data(minimal: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
-    """The minimal config, its taskset a file that exists."""
-    tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text('{"prompt": "1+1", "response": "2"}\n')
-    minimal["buffer"]["explorer_input"]["taskset"]["path"] = str(tasks)
-    return minimal
-
-
 def check(data: dict[str, Any]) -> None:
     check_lookups(resolve(config_from_dict(data), now=NOW), now=NOW)
 
