@@ -3,6 +3,7 @@ snippet for loading a checkpoint's weights into a Hugging Face model."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from datetime import datetime
 from pathlib import Path
@@ -163,6 +164,63 @@ def test_faq_snippet_loads_a_trainer_checkpoint(tiny_model_dir: Path, tmp_path: 
         _logits(AutoModelForCausalLM.from_pretrained(tiny_model_dir)), expected
     )
     torch.testing.assert_close(_logits(model), expected, rtol=0, atol=1e-5)
+
+
+def _files(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["rename_exchange", "moved_aside"])
+def test_a_convert_interrupted_at_any_rename_or_deletion_leaves_a_whole_export(
+    exchange: bool, tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The actor directory as a crash would leave it just before each rename or deletion
+    of ``trinity convert``: ``huggingface/`` is the trainer's (config and tokenizer), the
+    complete export, or (moved aside) absent; converting it again gives the model."""
+    from trinity.trainer import checkpoint as ckpt
+    from trinity.trainer.convert import convert_actor
+
+    trainer = _trainer(tiny_model_dir, tmp_path)
+    trainer.train_step(_batch(1))
+    actor = trainer.save_checkpoint(tmp_path / PROJECT / NAME, 1)
+    expected = _logits(trainer.model)
+    before = _files(actor / "huggingface")
+    if not exchange:  # a system without RENAME_EXCHANGE: the old directory is moved aside
+        monkeypatch.setattr(ckpt, "_exchange", lambda a, b: False)
+    crashes: list[Path] = []
+    probing: list[bool] = []
+
+    def probed(real):
+        def call(*args, **kwargs):
+            if not probing:
+                probing.append(True)
+                try:
+                    crashed = tmp_path / f"crash_{len(crashes)}"
+                    shutil.copytree(actor, crashed, symlinks=True)
+                    crashes.append(crashed)
+                finally:
+                    probing.clear()
+            return real(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(os, "rename", probed(os.rename))
+    monkeypatch.setattr(shutil, "rmtree", probed(shutil.rmtree))
+    assert convert_actor(actor) == "converted"
+    monkeypatch.undo()
+    assert len(crashes) >= 2  # the convert renamed and deleted: its windows were visited
+    for crashed in [*crashes, actor]:
+        hf_dir = crashed / "huggingface"
+        files = _files(hf_dir) if hf_dir.exists() else None
+        assert (
+            files == before
+            or "model.safetensors" in (files or {})
+            or (files is None and not exchange)
+        ), (crashed, sorted(files or {}))
+        assert convert_actor(crashed) in ("converted", "skipped")
+        model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32)
+        torch.testing.assert_close(_logits(model), expected, rtol=0, atol=1e-5)
+        assert [p.name for p in crashed.iterdir() if p.name.startswith(".")] == []
 
 
 def test_convert_merges_a_lora_checkpoint(

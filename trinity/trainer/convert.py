@@ -50,24 +50,41 @@ def convert(
 
 
 def convert_actor(actor_dir: Path, base_model_dir: str | Path | None = None) -> str:
-    """Write ``actor_dir/huggingface``; returns "converted" or "skipped"."""
-    from transformers import AutoConfig, AutoTokenizer
+    """Write ``actor_dir/huggingface``; returns "converted" or "skipped".
 
-    from trinity.trainer import lora
+    The new directory is written beside the old one and renamed into its place
+    (:func:`~trinity.trainer.checkpoint.write_entries_atomic`): a crash leaves the old
+    one (the trainer's config and tokenizer) or the complete new one."""
+    from trinity.trainer import checkpoint as ckpt
     from trinity.trainer.checkpoint_merge import load_fsdp_state_dict_from_verl_checkpoint
 
+    ckpt.restore_entries(actor_dir)  # what an interrupted export or convert moved aside
     hf_dir = actor_dir / "huggingface"
     if (hf_dir / "model.safetensors").exists() or (
         hf_dir / "model.safetensors.index.json"
     ).exists():
         return "skipped"
     state_dict = load_fsdp_state_dict_from_verl_checkpoint(str(actor_dir))
-    tmp = hf_dir.with_name(".huggingface.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    ckpt.write_entries_atomic(
+        actor_dir, lambda tmp: _write_hf_dir(actor_dir, state_dict, base_model_dir, tmp)
+    )
+    return "converted"
+
+
+def _write_hf_dir(
+    actor_dir: Path, state_dict: dict, base_model_dir: str | Path | None, tmp: Path
+) -> None:
+    """``tmp/huggingface``: ``actor_dir/huggingface``'s files with the merged weights."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from trinity.trainer import lora
+
+    hf_dir = actor_dir / "huggingface"
+    out = tmp / "huggingface"
     if hf_dir.exists():
-        shutil.copytree(hf_dir, tmp)
+        shutil.copytree(hf_dir, out)
     if lora.is_adapter_checkpoint(actor_dir):
-        config_dir = _merge_adapter(actor_dir, state_dict, base_model_dir, tmp)
+        config_dir = _merge_adapter(actor_dir, state_dict, base_model_dir, out)
     else:
         if any(".lora_A." in k for k in state_dict):
             raise ConvertError(
@@ -81,12 +98,9 @@ def convert_actor(actor_dir: Path, base_model_dir: str | Path | None = None) -> 
                     f"'{hf_dir}' has no config.json; pass --base-model-dir with the base model's directory"
                 )
             config_dir = Path(base_model_dir)
-        lora.save_full_model(AutoConfig.from_pretrained(config_dir), state_dict, tmp)
-    if not (tmp / "tokenizer_config.json").exists():
-        AutoTokenizer.from_pretrained(config_dir).save_pretrained(tmp)
-    shutil.rmtree(hf_dir, ignore_errors=True)
-    tmp.rename(hf_dir)
-    return "converted"
+        lora.save_full_model(AutoConfig.from_pretrained(config_dir), state_dict, out)
+    if not (out / "tokenizer_config.json").exists():
+        AutoTokenizer.from_pretrained(config_dir).save_pretrained(out)
 
 
 def _merge_adapter(

@@ -41,18 +41,27 @@ def export_hf(trainer: Trainer, job_dir: Path, step: int) -> Path:
     """Write the policy as a Hugging Face model into ``global_step_<step>/actor/huggingface``.
 
     The next stage of a multi-stage run starts from this directory; ``trinity
-    convert`` skips a step that already has it.
+    convert`` skips a step that already has it. It is written beside its place and
+    renamed into it (:func:`~trinity.trainer.checkpoint.write_entries_atomic`), so a
+    crash leaves the previous ``huggingface/`` whole, never half of the new one.
     """
-    directory = ckpt.step_dir(job_dir, step) / "actor" / "huggingface"
+    actor = ckpt.step_dir(job_dir, step) / "actor"
     if trainer.world_size > 1:
         state = distributed.full_state_dict(trainer.model)  # every rank takes part
         if trainer.rank == 0:
-            save_hf_config(trainer, directory)
-            trainer.model.save_pretrained(directory, state_dict=state, safe_serialization=True)
-        return directory
-    save_hf_model(trainer, directory)
-    trainer.logger.info("exported the policy of step %d to %s", step, directory)
-    return directory
+
+            def write(tmp: Path) -> None:
+                save_hf_config(trainer, tmp / "huggingface")
+                trainer.model.save_pretrained(
+                    tmp / "huggingface", state_dict=state, safe_serialization=True
+                )
+
+            ckpt.write_entries_atomic(actor, write)
+        return actor / "huggingface"
+    # with LoRA the adapter beside it too (save_hf_config writes it into tmp/)
+    ckpt.write_entries_atomic(actor, lambda tmp: save_hf_model(trainer, tmp / "huggingface"))
+    trainer.logger.info("exported the policy of step %d to %s", step, actor / "huggingface")
+    return actor / "huggingface"
 
 
 def save_hf_model(trainer: Trainer, directory: Path) -> None:
