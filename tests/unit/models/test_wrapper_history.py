@@ -56,3 +56,33 @@ def test_response_limits_apply_to_workflow_calls_only(engine):
     [free] = model.chat(MESSAGES, temperature=0, ignore_eos=True, response_limits=False)
     assert limited.response_length == 2
     assert free.response_length == 128 - free.prompt_length  # up to max_model_len
+
+
+def test_each_experience_keeps_the_temperature_of_its_logprobs(engine):
+    model = ModelWrapper(engine)
+    [warm] = model.chat(MESSAGES, max_tokens=3, temperature=0.3)
+    [greedy] = model.chat(MESSAGES, max_tokens=3, temperature=0)
+    assert warm.temperature == 0.3
+    assert greedy.temperature == 1.0  # greedy logprobs are taken at T = 1
+
+
+@pytest.mark.parametrize(("second", "merged"), [(0.3, True), (0.9, False)])
+def test_merged_turns_share_one_temperature(engine, second: float, merged: bool):
+    model = ModelWrapper(engine, enable_history=True)
+    [first] = model.chat(MESSAGES, max_tokens=4, temperature=0.3, ignore_eos=True)
+    follow = [*first.messages, {"role": "user", "content": "And 3 + 4?"}]
+    model.chat(follow, max_tokens=4, temperature=second, ignore_eos=True)
+    exps = model.extract_experience_from_history(merge_turns=True)
+    assert len(exps) == (1 if merged else 2)
+    assert [e.temperature for e in exps] == ([0.3] if merged else [0.3, second])
+
+
+def test_a_conversation_samples_every_turn_at_one_temperature(engine):
+    from trinity.workflows.conversation import Conversation
+
+    conv = Conversation(ModelWrapper(engine, max_response_tokens=3), MESSAGES)
+    asyncio.run(conv.sample(temperature=0.3))
+    conv.add({"role": "user", "content": "And 3 + 4?"})
+    assert conv.to_experience().temperature == 0.3
+    with pytest.raises(ValueError, match=r"temperature 0\.9 after turns sampled at 0\.3"):
+        asyncio.run(conv.sample(temperature=0.9))
