@@ -29,8 +29,9 @@ Where the weights travel:
   broadcast from the trainer's rank 0 to every rollout engine (``nccl``; gloo without
   CUDA; ``trinity.sync.collective``);
 * modes ``explore`` and ``train`` run as separate processes that share the job
-  directory (``sync_method: checkpoint``): the trainer writes ``global_step_N/actor`` and
-  moves ``latest_state_dict_iteration.txt``; the explorer polls that pointer. It waits for
+  directory (``sync_method: checkpoint``): the trainer writes ``global_step_N/actor``,
+  moves ``latest_state_dict_iteration.txt`` and deletes the older weights-only saves
+  (:func:`read_version`); the explorer polls that pointer. It waits for
   a scheduled version only while ``trainer_status.json`` says a trainer is running, so an
   explorer without a trainer explores with the weights it has.
 

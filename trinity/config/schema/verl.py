@@ -250,7 +250,9 @@ class VerlLoopConfig:
     del_local_ckpt_after_load: bool = setting(
         False, "delete a local checkpoint once it has been loaded"
     )
-    max_actor_ckpt_to_keep: int | None = setting(None, "most actor checkpoints kept; unset: all")
+    max_actor_ckpt_to_keep: int | None = setting(
+        None, "most full actor checkpoints kept; unset: all (weights-only saves: the newest)"
+    )
     max_critic_ckpt_to_keep: int | None = setting(
         None, "most checkpoints that keep their critic/; unset: all"
     )
