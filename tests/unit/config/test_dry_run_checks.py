@@ -179,3 +179,18 @@ def test_an_auxiliary_engine_context_is_checked_too(data: dict[str, Any]) -> Non
     data["explorer"] = {"auxiliary_models": [{**judge, "max_model_len": 149}]}
     err = validate_failure(data)
     assert (err.path, err.value) == ("explorer.auxiliary_models[0].max_model_len", 149)
+
+
+# keys of the other kind of storage
+
+
+def test_the_dry_run_lists_queue_and_task_settings_set_on_the_wrong_storage(
+    data: dict[str, Any], tmp_path: Path
+) -> None:
+    data["buffer"]["explorer_input"]["taskset"]["capacity"] = 50
+    data["buffer"]["trainer_input"]["experience_buffer"]["workflow_args"] = {"max_turns": 3}
+    done = dry_run(tmp_path, data)
+    assert done.returncode == 0, done.stderr
+    [line] = done.stdout.split("# Keys without effect\n")[1].strip().splitlines()
+    assert line.startswith("accepted, no effect here: buffer.explorer_input.taskset.capacity (")
+    assert "buffer.trainer_input.experience_buffer.workflow_args (a task setting" in line
