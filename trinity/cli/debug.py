@@ -112,6 +112,7 @@ def _cmd_debug(args: argparse.Namespace) -> int:
 
 def serve_inference_model(config: Config, stop: threading.Event | None = None) -> None:
     """Serve the rollout and auxiliary models until SIGINT/SIGTERM (or ``stop`` is set)."""
+    from trinity.models.openai_admission import AdmissionLimits
     from trinity.models.server import OpenAIServer
 
     stop = stop or _stop_on_signals()
@@ -131,6 +132,7 @@ def serve_inference_model(config: Config, stop: threading.Event | None = None) -
                     host=cfg.openai_api_host,
                     port=cfg.openai_api_port,
                     api_key=cfg.openai_api_key,
+                    limits=AdmissionLimits.from_config(cfg, f"explorer.{role}"),
                 ).start()
             except OSError as err:
                 raise DebugError(

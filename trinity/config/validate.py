@@ -459,6 +459,8 @@ def _check_engine(path: str, engine: InferenceModelConfig) -> None:
             value=engine.openai_api_port,
             valid="an integer in [0, 65535]; 0 picks a free port",
         )
+    for key in ("max_body_bytes", "max_request_tokens", "max_queued_rows"):
+        _at_least(f"{path}.openai_api_{key}", getattr(engine, f"openai_api_{key}"), 1)
     limit, response = engine.max_model_len, engine.max_response_tokens
     if limit is not None and response is not None and response > limit:
         raise ConfigError(

@@ -385,8 +385,11 @@ class ModelReplicas:
         return cls(config, model, engines, path, owns_engines=True, logger=logger)
 
     def _serve(self, root: ModelWrapper, model: InferenceModelConfig, port: int) -> str:
+        from trinity.models.openai_admission import AdmissionLimits
+
+        limits = AdmissionLimits.from_config(model, self.path)
         try:
-            server = root.serve_openai(model.openai_api_host, port, model.openai_api_key)
+            server = root.serve_openai(model.openai_api_host, port, model.openai_api_key, limits)
         except OSError as err:
             raise OSError(str(err).replace("explorer.rollout_model", self.path)) from None
         return server.base_url

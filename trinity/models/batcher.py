@@ -6,6 +6,9 @@ hands the whole list to ``run_batch``, which returns one result per item. While 
 runs, new items queue up and form the next batch, so a busy engine batches by itself
 and the window only matters when it is idle.
 
+An item whose future was cancelled while it waited is left out of its batch (the
+engine also stops decoding the rows of a request cancelled mid-batch).
+
 ``call`` runs any other function on the same worker thread, between batches. A process
 whose heavy torch work all happens on one thread keeps one OpenMP thread team: a second
 thread running parallel torch ops (loading weights, scoring) creates a second team, and
@@ -104,6 +107,8 @@ class RequestBatcher(Generic[Item, Result]):
             if isinstance(first[0], _Call):
                 self._call(*first)
                 continue
+            if first[1].cancelled():  # its caller left while it waited
+                continue
             batch, size = [first], self._size_of(first[0])
             deadline = time.monotonic() + self._window_s
             while size < self._max_size:
@@ -117,6 +122,8 @@ class RequestBatcher(Generic[Item, Result]):
                 if isinstance(entry[0], _Call) or size + self._size_of(entry[0]) > self._max_size:
                     carry = entry  # opens the next batch
                     break
+                if entry[1].cancelled():
+                    continue
                 batch.append(entry)
                 size += self._size_of(entry[0])
             self._run(batch)
@@ -136,9 +143,10 @@ class RequestBatcher(Generic[Item, Result]):
         except Exception as error:
             logger.exception("batch of %d requests failed", len(batch))
             for _, future in batch:
-                if not future.done():
+                if future.set_running_or_notify_cancel():
                     future.set_exception(error)
             return
         for (_, future), result in zip(batch, results, strict=True):
-            if not future.done():  # a caller may have cancelled its future
+            # a caller may have cancelled its future, even between the check and the set
+            if future.set_running_or_notify_cancel():
                 future.set_result(result)

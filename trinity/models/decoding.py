@@ -13,6 +13,7 @@ from its CPU generator, so a seed picks its draws whatever the device.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,7 @@ class DecodeEntry:
     params: SamplingParams
     generator: torch.Generator
     request: int  # index of the request in the merged batch
+    cancelled: Callable[[], bool] | None = None  # true once nobody waits for the samples
 
 
 @dataclass
@@ -59,6 +61,8 @@ def decode_entries(
     params = [entries[i].params for i in owner]
     generators = [entries[i].generator for i in owner]
     stops = [stop_ids(p, target.eos_token_ids) for p in params]
+    # a cancelled request's rows are dropped like finished ones (their samples are cut)
+    cancelled = [entries[i].cancelled or _never for i in owner]
     budget = [
         min(p.max_tokens or target.max_model_len, target.max_model_len - lengths[i])
         for p, i in zip(params, owner, strict=True)
@@ -100,7 +104,7 @@ def decode_entries(
             logprobs_out[row].append(logprob)
             if token in stops[row]:
                 finish[row] = "stop"
-            elif len(tokens_out[row]) < budget[row]:
+            elif len(tokens_out[row]) < budget[row] and not cancelled[row]():
                 keep.append(j)
         if not keep:
             break
@@ -120,6 +124,10 @@ def decode_entries(
     for row, entry_index in enumerate(owner):
         grouped[entry_index].append(samples[row])
     return grouped
+
+
+def _never() -> bool:
+    return False
 
 
 def left_padded(entries: list[DecodeEntry], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -83,6 +83,10 @@ class PromptTooLongError(ValueError):
 class _Request:
     prompts: list[list[int]]
     params: SamplingParams
+    future: Future | None = None  # set once queued; cancelled when its caller leaves
+
+    def cancelled(self) -> bool:
+        return self.future is not None and self.future.cancelled()
 
 
 class TransformersEngine:
@@ -224,9 +228,13 @@ class TransformersEngine:
         return render_chat(self.tokenizer, messages, add_generation_prompt, **self.template_args)
 
     def submit(self, prompts: list[list[int]], params: SamplingParams) -> Future:
-        """Queue a request; the future resolves to ``n`` samples per prompt."""
+        """Queue a request; the future resolves to ``n`` samples per prompt. Cancelling
+        the future drops the request from the queue, or its rows from their decode batch
+        at the next step."""
         self._check_prompts(prompts)
-        return self._batcher.submit(_Request([list(p) for p in prompts], params))
+        request = _Request([list(p) for p in prompts], params)
+        request.future = self._batcher.submit(request)
+        return request.future
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
         """Sample ``params.n`` responses for each prompt (blocking, thread-safe).
@@ -341,9 +349,16 @@ class TransformersEngine:
         for index, request in enumerate(requests):
             seed = request.params.seed
             generator = self._generator if seed is None else torch.Generator().manual_seed(seed)
-            entries += [DecodeEntry(p, request.params, generator, index) for p in request.prompts]
+            entries += [
+                DecodeEntry(p, request.params, generator, index, request.cancelled)
+                for p in request.prompts
+            ]
         results: list[list[list[Sample]]] = [[] for _ in requests]
         for chunk in self._row_chunks(entries):
+            # a cancelled request's result is never read: its rows need no decoding
+            chunk = [e for e in chunk if not requests[e.request].cancelled()]
+            if not chunk:
+                continue
             for entry, samples in zip(chunk, self._decode(chunk), strict=True):
                 results[entry.request].append(samples)
         return results

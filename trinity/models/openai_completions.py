@@ -6,12 +6,16 @@ Each reply is built from the wrapper's experiences, so with ``enable_history`` e
 call is recorded for training. Besides the OpenAI fields, responses carry the token ids
 (``prompt_token_ids``, ``choices[].token_ids``) and the weights' ``model_version``.
 Tools go through :mod:`trinity.models.openai_tools`, streaming through
-:mod:`trinity.models.openai_stream`.
+:mod:`trinity.models.openai_stream`. A request holds its rows in the server's
+:class:`~trinity.models.openai_admission.Admission` while it is prepared and generated;
+the CPU-heavy steps around the engine (rendering, tokenizing, logprobs, stream pieces)
+run in worker threads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Callable
@@ -20,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from trinity.models.openai_requests import APIError, ChatCompletionRequest, CompletionRequest
 
 if TYPE_CHECKING:
+    from trinity.models.openai_admission import Admission
     from trinity.models.wrapper import ModelWrapper
     from trinity.types import Experience
 
@@ -43,24 +48,26 @@ async def chat_completion(
     body: ChatCompletionRequest,
     wrapper: ModelWrapper,
     on_reply: Callable[[str, list[Experience]], None] | None = None,
+    admission: Admission | None = None,
 ) -> Any:
     """Answer a ``/v1/chat/completions`` request with ``wrapper``; ``on_reply`` gets the
-    response id and the experiences behind it."""
+    response id and the experiences behind it; ``admission`` bounds its work."""
     args = body.rollout_args()
     _check_token_ids(args["stop_token_ids"], wrapper, "stop_token_ids")
     args["max_tokens"] = body.max_completion_tokens or body.max_tokens
     messages = [m.as_dict() for m in body.messages]
     tools = body.tool_specs()
-    template_tools = None
-    if tools:
-        from trinity.models.openai_tools import tool_prompt
+    with _admitted(admission, 1, body.n, args["max_tokens"], wrapper):
+        template_tools = None
+        if tools:
+            from trinity.models.openai_tools import tool_prompt
 
-        messages, template_tools = tool_prompt(
-            wrapper.tokenizer, messages, tools, wrapper.template_args
+            messages, template_tools = await asyncio.to_thread(
+                tool_prompt, wrapper.tokenizer, messages, tools, wrapper.template_args
+            )
+        experiences = await _call(
+            wrapper.achat(messages, body.n, response_limits=False, tools=template_tools, **args)
         )
-    experiences = await _call(
-        wrapper.achat(messages, body.n, response_limits=False, tools=template_tools, **args)
-    )
     top = body.top_logprobs or 0
     choices, parts = [], []
     for i, exp in enumerate(experiences):
@@ -95,13 +102,11 @@ async def chat_completion(
         on_reply(envelope["id"], experiences)
     if not body.stream:
         return envelope
-    from trinity.models.openai_stream import chat_chunks, sse_response, token_pieces
+    from trinity.models.openai_stream import chat_chunks, sse_response
 
-    for part in parts:
-        exp = part.pop("exp")
-        part["pieces"] = token_pieces(
-            wrapper.tokenizer, exp.response_tokens.tolist(), exp.response_text
-        )
+    pieces = await _stream_pieces(wrapper, [part.pop("exp") for part in parts])
+    for part, texts in zip(parts, pieces, strict=True):
+        part["pieces"] = texts
     return sse_response(chat_chunks(envelope, parts, body.include_usage))
 
 
@@ -109,18 +114,21 @@ async def text_completion(
     body: CompletionRequest,
     wrapper: ModelWrapper,
     on_reply: Callable[[str, list[Experience]], None] | None = None,
+    admission: Admission | None = None,
 ) -> Any:
-    """Answer a ``/v1/completions`` request with ``wrapper``; ``on_reply`` as for
-    :func:`chat_completion`."""
+    """Answer a ``/v1/completions`` request with ``wrapper``; ``on_reply`` and
+    ``admission`` as for :func:`chat_completion`."""
     if body.echo:
         raise APIError(400, "echo=true is not supported", param="echo")
     prompts = _prompt_list(body.prompt)
-    for prompt in prompts:
-        if not isinstance(prompt, str):
-            _check_token_ids(prompt, wrapper, "prompt")
     args = body.rollout_args()
-    _check_token_ids(args["stop_token_ids"], wrapper, "stop_token_ids")
-    experiences = await _call(wrapper.agenerate(prompts, body.n, response_limits=False, **args))
+    with _admitted(admission, len(prompts), body.n, args["max_tokens"], wrapper):
+        token_ids = [p for p in prompts if not isinstance(p, str)]
+        await asyncio.to_thread(
+            _check_token_ids, [t for p in token_ids for t in p], wrapper, "prompt"
+        )
+        _check_token_ids(args["stop_token_ids"], wrapper, "stop_token_ids")
+        experiences = await _call(wrapper.agenerate(prompts, body.n, response_limits=False, **args))
     choices = []
     for i, exp in enumerate(experiences):
         logprobs = None
@@ -155,13 +163,31 @@ async def text_completion(
         on_reply(envelope["id"], experiences)
     if not body.stream:
         return envelope
-    from trinity.models.openai_stream import completion_chunks, sse_response, token_pieces
+    from trinity.models.openai_stream import completion_chunks, sse_response
 
-    pieces = [
-        token_pieces(wrapper.tokenizer, exp.response_tokens.tolist(), exp.response_text)
-        for exp in experiences
-    ]
+    pieces = await _stream_pieces(wrapper, experiences)
     return sse_response(completion_chunks(envelope, pieces, body.include_usage))
+
+
+def _admitted(
+    admission: Admission | None, prompts: int, n: int, max_tokens: int | None, wrapper: ModelWrapper
+) -> contextlib.AbstractContextManager:
+    if admission is None:
+        return contextlib.nullcontext()
+    return admission.admit(prompts, n, max_tokens, wrapper.engine.max_model_len)
+
+
+async def _stream_pieces(wrapper: ModelWrapper, experiences: list[Experience]) -> list[list[str]]:
+    """Each reply's text per sampled token (a tokenizer decode per token: in a thread)."""
+    from trinity.models.openai_stream import token_pieces
+
+    def pieces() -> list[list[str]]:
+        return [
+            token_pieces(wrapper.tokenizer, e.response_tokens.tolist(), e.response_text)
+            for e in experiences
+        ]
+
+    return await asyncio.to_thread(pieces)
 
 
 async def _call(coro: Any) -> list[Experience]:

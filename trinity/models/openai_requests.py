@@ -33,6 +33,7 @@ class APIError(Exception):
         type: str = "invalid_request_error",
         param: str | None = None,
         code: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -40,10 +41,11 @@ class APIError(Exception):
         self.type = type
         self.param = param
         self.code = code
+        self.headers = headers  # e.g. Retry-After of a 429
 
     def response(self) -> JSONResponse:
         error = {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
-        return JSONResponse({"error": error}, status_code=self.status)
+        return JSONResponse({"error": error}, status_code=self.status, headers=self.headers)
 
 
 class _StreamOptions(BaseModel):

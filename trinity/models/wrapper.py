@@ -45,6 +45,7 @@ from trinity.types import Experience
 
 if TYPE_CHECKING:
     from trinity.models.engine import TransformersEngine
+    from trinity.models.openai_admission import AdmissionLimits
     from trinity.models.server import OpenAIServer
 
 # each refused call after the first waits this much longer (at most 1 s) before raising,
@@ -164,9 +165,11 @@ class ModelWrapper:
         tools: list[dict[str, Any]] | None = None,
         **rollout_args: Any,
     ) -> list[Experience]:
-        """Async :meth:`chat`."""
+        """Async :meth:`chat`; rendering and tokenizing run in a worker thread."""
         self._refuse_if_closed()
-        prepared = self._prepare_chat(messages, n, rollout_args, response_limits, tools)
+        prepared = await asyncio.to_thread(
+            self._prepare_chat, messages, n, rollout_args, response_limits, tools
+        )
         return await self._arun(prepared)
 
     def generate(
@@ -189,9 +192,12 @@ class ModelWrapper:
         response_limits: bool = True,
         **rollout_args: Any,
     ) -> list[Experience]:
-        """Async :meth:`generate`."""
+        """Async :meth:`generate`; tokenizing runs in a worker thread."""
         self._refuse_if_closed()
-        return await self._arun(self._prepare_text(prompts, n, rollout_args, response_limits))
+        prepared = await asyncio.to_thread(
+            self._prepare_text, prompts, n, rollout_args, response_limits
+        )
+        return await self._arun(prepared)
 
     async def agenerate_ids(
         self, prompt_ids: list[int], n: int = 1, **rollout_args: Any
@@ -282,17 +288,22 @@ class ModelWrapper:
     # ---- OpenAI-compatible endpoint --------------------------------------------------
 
     def serve_openai(
-        self, host: str = "127.0.0.1", port: int = 0, api_key: str | None = None
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        api_key: str | None = None,
+        limits: AdmissionLimits | None = None,
     ) -> OpenAIServer:
         """Start (once) an OpenAI-compatible HTTP server on this model, in a thread.
 
         A spawned wrapper uses its parent's server (started with these settings if it
-        is not running yet), which serves this wrapper under its own path.
+        is not running yet), which serves this wrapper under its own path. ``limits``:
+        the server's admission limits (default: the config's defaults).
         """
         from trinity.models.server import OpenAIServer
 
         if self._parent is not None:
-            server = self._parent.serve_openai(host, port, api_key)
+            server = self._parent.serve_openai(host, port, api_key, limits)
             with self._server_lock:
                 if self._scope is None or self._scope[0] is not server:
                     self._scope = (server, server.add_scope({self.name: self}))
@@ -300,7 +311,7 @@ class ModelWrapper:
         with self._server_lock:
             if self._server is None:
                 self._server = OpenAIServer(
-                    {self.name: self}, host=host, port=port, api_key=api_key
+                    {self.name: self}, host=host, port=port, api_key=api_key, limits=limits
                 )
                 self._server.start()
             return self._server
@@ -427,8 +438,9 @@ class ModelWrapper:
         return self._finish(prepared, self.engine.generate(prepared.prompt_ids, prepared.params))
 
     async def _arun(self, prepared: PreparedCall) -> list[Experience]:
+        # cancelling this call cancels the engine request: its rows stop decoding
         samples = await self.engine.agenerate(prepared.prompt_ids, prepared.params)
-        return self._finish(prepared, samples)
+        return await asyncio.to_thread(self._finish, prepared, samples)
 
     def _finish(self, prepared: PreparedCall, samples: list[list[Sample]]) -> list[Experience]:
         """Pack the samples and record them when history is on."""

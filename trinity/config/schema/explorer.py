@@ -43,6 +43,20 @@ class InferenceModelConfig:
         None,
         "when set, requests need 'Authorization: Bearer <key>' (an env var via oc.env keeps it out of the file)",
     )
+    openai_api_max_body_bytes: int = setting(
+        4 * 1024 * 1024,
+        "largest request body the OpenAI-compatible endpoint reads; a longer one gets 413",
+    )
+    openai_api_max_request_tokens: int = setting(
+        4 * 1024 * 1024,
+        "most tokens one OpenAI request may ask for, prompts x n x max_tokens "
+        "(max_model_len when unset); more gets 400",
+    )
+    openai_api_max_queued_rows: int = setting(
+        1024,
+        "most rows (prompts x n) the OpenAI endpoint's requests may have queued or decoding "
+        "in the engine; a request past it gets 429 with Retry-After",
+    )
     enforce_eager: bool = setting(True, "disable graph capture in engines that support it")
     enable_prefix_caching: bool = setting(False, "reuse KV cache across requests sharing a prefix")
     enable_chunked_prefill: bool = setting(False, "split long prefills into chunks (vLLM)")

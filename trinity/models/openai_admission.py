@@ -1,0 +1,169 @@
+"""Admission control of the OpenAI-compatible endpoint: what one request may ask of the
+server, checked before its work starts.
+
+- Body size: :class:`BodyLimit` answers 413 when the Content-Length, or the bytes of a
+  chunked body counted as they arrive, pass ``max_body_bytes``; nothing past the limit
+  is read or kept.
+- Budget: prompts x ``n`` x ``max_tokens`` (``max_model_len`` when unset) of one
+  request at most ``max_request_tokens``, else 400.
+- Queue: the rows (prompts x ``n``) of the requests the server admitted and the engine
+  has not finished, queued or decoding, stay within ``max_queued_rows``; a request that
+  would pass it gets 429 with ``Retry-After`` (400 when its rows alone exceed it, as it
+  could never be admitted).
+
+Each refusal names the limit and the config key that sets it.
+
+    limits = AdmissionLimits.from_config(config.explorer.rollout_model)
+    app.add_middleware(BodyLimit, limits=limits)
+    with Admission(limits).admit(prompts=1, n=4, max_tokens=64, max_model_len=2048):
+        ...  # the request's generation
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from trinity.models.openai_requests import APIError
+
+# seconds a client refused for a full queue is told to wait before trying again
+RETRY_AFTER_S = 1
+
+
+@dataclass(frozen=True)
+class AdmissionLimits:
+    """The endpoint's limits; ``key`` is the config path they are set under, named in
+    every refusal."""
+
+    max_body_bytes: int
+    max_request_tokens: int
+    max_queued_rows: int
+    key: str = "explorer.rollout_model"
+
+    @classmethod
+    def from_config(cls, model: Any = None, key: str = "explorer.rollout_model") -> AdmissionLimits:
+        """The limits of an ``InferenceModelConfig`` (its defaults when None)."""
+        if model is None:
+            from trinity.config.schema.explorer import InferenceModelConfig
+
+            model = InferenceModelConfig()
+        return cls(
+            max_body_bytes=model.openai_api_max_body_bytes,
+            max_request_tokens=model.openai_api_max_request_tokens,
+            max_queued_rows=model.openai_api_max_queued_rows,
+            key=key,
+        )
+
+
+class Admission:
+    """Counts the rows of the admitted requests that are not finished.
+
+    Used from the server's event loop only, so the check and the count need no lock."""
+
+    def __init__(self, limits: AdmissionLimits) -> None:
+        self.limits = limits
+        self.rows = 0  # rows admitted and not finished
+
+    @contextmanager
+    def admit(
+        self, prompts: int, n: int, max_tokens: int | None, max_model_len: int
+    ) -> Iterator[None]:
+        """Hold the request's rows while the block runs; refuse it (APIError) when it
+        is over the budget or the queue is full."""
+        limits = self.limits
+        rows = prompts * n
+        tokens = rows * min(max_tokens or max_model_len, max_model_len)
+        if rows > limits.max_queued_rows:
+            raise APIError(
+                400,
+                f"the request has {rows} rows ({prompts} prompts x n={n}), more than the "
+                f"{limits.max_queued_rows} the queue holds "
+                f"({limits.key}.openai_api_max_queued_rows); split it into smaller requests",
+                param="n",
+                code="request_too_large",
+            )
+        if tokens > limits.max_request_tokens:
+            raise APIError(
+                400,
+                f"the request asks for up to {tokens} tokens ({prompts} prompts x n={n} x "
+                f"{min(max_tokens or max_model_len, max_model_len)} max tokens), more than the "
+                f"limit of {limits.max_request_tokens} set by "
+                f"{limits.key}.openai_api_max_request_tokens; lower n, max_tokens or the prompts",
+                param="max_tokens",
+                code="request_too_large",
+            )
+        if self.rows + rows > limits.max_queued_rows:
+            raise APIError(
+                429,
+                f"the server is busy: {self.rows} rows are queued or decoding and this "
+                f"request's {rows} would pass the limit of {limits.max_queued_rows} "
+                f"({limits.key}.openai_api_max_queued_rows); retry after {RETRY_AFTER_S} s",
+                type="server_busy",
+                code="queue_full",
+                headers={"Retry-After": str(RETRY_AFTER_S)},
+            )
+        self.rows += rows
+        try:
+            yield
+        finally:
+            self.rows -= rows
+
+
+class BodyLimit:
+    """ASGI middleware: 413 for an HTTP request body longer than ``max_body_bytes``.
+
+    A declared Content-Length over the limit is refused before any of the body is read;
+    otherwise the body is read as it arrives, counted, and refused as soon as the count
+    passes the limit, so at most the limit is ever held. A body within it is handed on
+    whole to the app, followed by the server's own messages (a disconnect)."""
+
+    def __init__(self, app: Any, limits: AdmissionLimits) -> None:
+        self.app = app
+        self.limit = limits.max_body_bytes
+        self.key = f"{limits.key}.openai_api_max_body_bytes"
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers", ())).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await self._refuse(f"has {int(declared)} bytes", scope, receive, send)
+            return
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client left before the body ended
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:
+                await self._refuse(f"passed {self.limit} bytes", scope, receive, send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body: bytes | None = b"".join(chunks)
+        chunks.clear()
+
+        async def replay() -> dict:
+            nonlocal body
+            if body is None:
+                return await receive()
+            message, body = {"type": "http.request", "body": body, "more_body": False}, None
+            return message
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, what: str, scope: dict, receive: Any, send: Any) -> None:
+        error = APIError(
+            413,
+            f"the request body {what}, more than the limit of {self.limit} bytes set by {self.key}",
+            code="body_too_large",
+        )
+        # the client may still be sending: close the connection rather than read the rest
+        response = error.response()
+        response.headers["Connection"] = "close"
+        await response(scope, receive, send)
