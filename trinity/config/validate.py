@@ -326,6 +326,8 @@ def _check_buffer(cfg: Config) -> None:
                 value=None if ti.experience_buffer is None else ti.experience_buffer.name,
                 valid="a unique non-empty name",
             )
+    if cfg.mode == "serve":
+        _check_serve_buffer(ti.experience_buffer)
     storages: list[tuple[str, StorageConfig]] = [
         *((f"buffer.explorer_input.tasksets[{i}]", t) for i, t in enumerate(ei.tasksets)),
         *((f"buffer.explorer_input.eval_tasksets[{i}]", t) for i, t in enumerate(ei.eval_tasksets)),
@@ -352,6 +354,30 @@ def _check_buffer(cfg: Config) -> None:
             )
         seen[scope] = path
     _check_schema_types(cfg)
+
+
+def _check_serve_buffer(storage: StorageConfig | None) -> None:
+    """Mode serve runs without Ray, so a queue in its process would have no reader: it
+    fills, and then every /commit waits for room that never comes."""
+    path = "buffer.trainer_input.experience_buffer"
+    valid = (
+        "storage_type sql (a SQLite file or database URL) or file (JSON lines), which a "
+        "trainer reads (mode train, another run)"
+    )
+    if storage is None:
+        raise ConfigError(
+            path,
+            "is required in mode serve: /commit writes the scored calls there",
+            value=None,
+            valid=valid,
+        )
+    if storage.storage_type == "queue":
+        raise ConfigError(
+            f"{path}.storage_type",
+            "mode serve runs without a trainer, so nothing would read a queue in its process",
+            value=storage.storage_type,
+            valid=valid,
+        )
 
 
 def _check_schema_types(cfg: Config) -> None:
@@ -439,6 +465,8 @@ def _check_explorer(cfg: Config) -> None:
             valid="a number in [0, 1); 0 waits for every task",
         )
     _at_least("explorer.over_rollout.wait_after_min", explorer.over_rollout.wait_after_min, 0)
+    _positive("explorer.serve.feedback_timeout", explorer.serve.feedback_timeout)
+    _positive("explorer.serve.commit_timeout", explorer.serve.commit_timeout)
     engines = [("explorer.rollout_model", explorer.rollout_model)]
     engines += [
         (f"explorer.auxiliary_models[{i}]", m) for i, m in enumerate(explorer.auxiliary_models)

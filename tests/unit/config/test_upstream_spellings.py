@@ -72,6 +72,9 @@ def test_fully_async_says_what_to_write_instead(tmp_path: Path) -> None:
 def _serve(tmp_path: Path, explorer: dict[str, Any], rollout: dict[str, Any] | None = None):
     data = minimal_config(tmp_path)
     data["mode"] = "serve"
+    # a queue would have no reader in mode serve: a file the trainer of another run reads
+    data["buffer"]["trainer_input"]["experience_buffer"]["storage_type"] = "file"
+    data["buffer"]["trainer_input"]["experience_buffer"]["path"] = str(tmp_path / "exp.jsonl")
     data["explorer"] = {**explorer, "rollout_model": rollout or {}}
     return data
 

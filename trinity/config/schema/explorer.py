@@ -105,6 +105,22 @@ class OverRolloutConfig:
 
 
 @dataclass
+class ServeConfig:
+    """Mode serve: how long a completion waits for its feedback and /commit for the buffer."""
+
+    feedback_timeout: float = setting(
+        3600.0,
+        "seconds a completion waits for its /feedback; an older one is dropped, counted in "
+        "/metrics as expired_calls and logged",
+    )
+    commit_timeout: float = setting(
+        30.0,
+        "seconds /commit (and the stop) waits for the experience buffer to take the scored "
+        "experiences; past it /commit answers 503 and they stay in the journal",
+    )
+
+
+@dataclass
 class ExplorerConfig:
     """How tasks are rolled out and evaluated."""
 
@@ -159,4 +175,7 @@ class ExplorerConfig:
     )
     db_url: str | None = setting(
         None, "database of the serve proxy's request history; unset: in the buffer's directory"
+    )
+    serve: ServeConfig = setting(
+        ServeConfig, "mode serve: feedback expiry and the wait for the experience buffer"
     )
