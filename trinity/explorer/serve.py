@@ -92,7 +92,11 @@ class FeedbackStore:
                 len(self.rewarded),
                 journal.path,  # type: ignore[union-attr]
             )
-        self.groups = 0  # feedback calls so far: the next group's eid.task
+        self.feedback_calls = 0
+        # the next group's eid.task: after those of the replayed experiences, so that a
+        # commit holding both never merges two groups
+        numbered = [e.eid.task for e in self.rewarded if isinstance(e.eid.task, int)]
+        self.next_group = max(numbered, default=-1) + 1
         self.committed = 0
         self.expired = 0
         self._lock = threading.Lock()  # pending, rewarded and the counts
@@ -147,7 +151,7 @@ class FeedbackStore:
                         param="msg_ids",
                         code="msg_not_found",
                     )
-                group: str | int = self.groups if task_id is None else task_id
+                group: str | int = self.next_group if task_id is None else task_id
                 scored = []
                 for msg_id in dict.fromkeys(msg_ids):
                     for exp in self.pending[msg_id][1]:
@@ -161,7 +165,9 @@ class FeedbackStore:
             with self._lock:
                 for msg_id in msg_ids:
                     self.pending.pop(msg_id, None)
-                self.groups += 1
+                self.feedback_calls += 1
+                if task_id is None:
+                    self.next_group += 1
                 self.rewarded.extend(scored)
             return len(scored)
 
@@ -210,7 +216,7 @@ class FeedbackStore:
                 "expired_calls": self.expired,
                 "rewarded_experiences": len(self.rewarded),
                 "committed_experiences": self.committed,
-                "feedback_calls": self.groups,
+                "feedback_calls": self.feedback_calls,
             }
 
     def routes(self, app: FastAPI) -> None:
