@@ -80,7 +80,9 @@ BUILTIN_NAMES: dict[str, frozenset[str]] = {
             "mask_response_truncated",
             "pass_rate_calculator",
             "pass_rate_stats",
+            "reward_filter",
             "reward_shaping_mapper",
+            "reward_std_filter",
             "zero_variance_filter",
         }
     ),

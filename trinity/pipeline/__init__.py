@@ -6,8 +6,9 @@
   ``run_task_pipeline(cfg, output_path)`` prepare a taskset.
 
 Built-in experience operators: ``reward_shaping_mapper``, ``invalid_reward_filter``,
-``zero_variance_filter``, ``dapo_dynamic_sampling``, ``mask_response_truncated``,
-``pass_rate_stats``, ``pass_rate_calculator``, ``data_juicer``. Task operators:
+``zero_variance_filter``, ``reward_filter``, ``reward_std_filter``,
+``dapo_dynamic_sampling``, ``mask_response_truncated``, ``pass_rate_stats``,
+``pass_rate_calculator``, ``data_juicer``. Task operators:
 ``value_filter``, ``dedupe``, ``data_juicer``. New operators subclass
 ``ExperienceOperator``/``TaskOperator`` (``RowTaskOperator`` for one that looks at one
 row at a time, which ``num_process`` workers may share) and register with

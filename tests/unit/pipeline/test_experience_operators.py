@@ -119,6 +119,40 @@ def test_zero_variance_filter_drops_flat_groups() -> None:
     assert [e.eid.task for e in out] == [1, 1]  # |0.5 - 0.5005| <= 1e-3 counts as flat
 
 
+def test_reward_filter_keeps_rewards_at_or_above_the_threshold() -> None:
+    batch = [exp(0, 0, 0.5), exp(0, 1, 0.49), exp(1, 0, None), exp(1, 1, math.nan), exp(2, 0, 1.0)]
+    op = build_operator(EXPERIENCE_OPERATORS, {"name": "reward_filter", "args": {"threshold": 0.5}})
+    out, metrics = op.process(batch)
+    # 0.5 >= 0.5 kept, 0.49 dropped; a missing or NaN reward is not >= anything
+    assert [(e.eid.task, e.eid.run) for e in out] == [(0, 0), (2, 0)]
+    assert metrics == {"reward_filter/dropped": 3.0}
+    # threshold 0 (upstream's default) drops negative rewards only
+    out, _ = build_operator(EXPERIENCE_OPERATORS, {"name": "reward_filter"}).process(
+        [exp(0, 0, -0.1), exp(0, 1, 0.0)]
+    )
+    assert rewards(out) == [0.0]
+
+
+def test_reward_std_filter_keeps_groups_whose_std_passes_the_threshold() -> None:
+    batch = [
+        exp(0, 0, 0.0), exp(0, 1, 1.0),  # population std 0.5
+        exp(1, 0, 0.4), exp(1, 1, 0.6),  # std 0.1
+        exp(2, 0, 1.0), exp(2, 1, 1.0), exp(2, 2, 1.0),  # std 0
+        exp(3, 0, 0.0),  # a group of one: no spread to measure
+        exp(4, 0, 0.0), exp(4, 1, None),  # an unscored run: std unknown
+    ]  # fmt: skip
+    op = build_operator(
+        EXPERIENCE_OPERATORS, {"name": "reward_std_filter", "args": {"threshold": 0.1}}
+    )
+    out, metrics = op.process(batch)
+    # only group 0: 0.5 > 0.1; group 1's 0.1 is not above 0.1
+    assert [(e.eid.task, e.eid.run) for e in out] == [(0, 0), (0, 1)]
+    assert metrics == {"reward_std_filter/dropped_groups": 4.0, "reward_std_filter/dropped": 8.0}
+    # threshold 0 (upstream's default) keeps every group with any spread
+    out, _ = build_operator(EXPERIENCE_OPERATORS, {"name": "reward_std_filter"}).process(batch)
+    assert [e.eid.task for e in out] == [0, 0, 1, 1]
+
+
 def test_groups_are_per_batch_and_task() -> None:
     a = Experience(
         tokens=torch.tensor([1, 2]), prompt_length=1, reward=1.0, eid=EID(batch=0, task=0)
