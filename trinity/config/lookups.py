@@ -55,6 +55,7 @@ BUILTIN_NAMES: dict[str, frozenset[str]] = {
             "on_policy_distill_math_workflow",
             "on_policy_distill_workflow",
             "rubric_judge_workflow",
+            "sciworld_workflow",
             "step_wise_env_workflow",
             "tool_call_workflow",
             "toolcall_workflow",

@@ -19,6 +19,7 @@ from trinity.workflows import on_policy_distill as _on_policy_distill  # noqa: F
 from trinity.workflows import reward_model as _reward_model  # noqa: F401
 from trinity.workflows import rubric_judge as _rubric_judge  # noqa: F401
 from trinity.workflows import ruler as _ruler  # noqa: F401
+from trinity.workflows import sciworld as _sciworld  # noqa: F401
 from trinity.workflows import step_wise as _step_wise  # noqa: F401
 from trinity.workflows import tool_call as _tool_call  # noqa: F401
 from trinity.workflows import toolcall as _toolcall  # noqa: F401
