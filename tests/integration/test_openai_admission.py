@@ -62,7 +62,7 @@ def _seconds(fn) -> tuple[float, object]:
 def test_a_body_over_the_limit_gets_413_before_it_is_read(model):
     limit = 64 * 1024
     with serving(model, max_body_bytes=limit) as url:
-        text = "word " * 400_000  # 2 MB: seconds of tokenizing, were it read
+        text = "word " * 2_000_000  # 10 MB: many seconds of tokenizing, were it read
         body = {"model": NAME, "messages": [{"role": "user", "content": text}]}
         took, response = _seconds(
             lambda: httpx.post(url + "/chat/completions", json=body, timeout=60)

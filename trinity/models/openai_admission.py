@@ -3,7 +3,7 @@ server, checked before its work starts.
 
 - Body size: :class:`BodyLimit` answers 413 when the Content-Length, or the bytes of a
   chunked body counted as they arrive, pass ``max_body_bytes``; nothing past the limit
-  is read or kept.
+  is kept (the rest is read and dropped, so that the client sees the answer).
 - Budget: prompts x ``n`` x ``max_tokens`` (``max_model_len`` when unset) of one
   request at most ``max_request_tokens``, else 400.
 - Queue: the rows (prompts x ``n``) of the requests the server admitted and the engine
@@ -21,6 +21,8 @@ Each refusal names the limit and the config key that sets it.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,6 +32,9 @@ from trinity.models.openai_requests import APIError
 
 # seconds a client refused for a full queue is told to wait before trying again
 RETRY_AFTER_S = 1
+# how much of a refused body is read and dropped so that its client sees the 413
+_DRAIN_BYTES = 64 * 1024 * 1024
+_DRAIN_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -117,7 +122,13 @@ class BodyLimit:
     A declared Content-Length over the limit is refused before any of the body is read;
     otherwise the body is read as it arrives, counted, and refused as soon as the count
     passes the limit, so at most the limit is ever held. A body within it is handed on
-    whole to the app, followed by the server's own messages (a disconnect)."""
+    whole to the app, followed by the server's own messages (a disconnect).
+
+    A client that sends its whole body before it reads the answer (most do, unless they
+    ask ``Expect: 100-continue``) would see the connection reset instead of the 413 if the
+    server closed it with the body unread; so the rest of the body, up to
+    ``_DRAIN_BYTES`` and ``_DRAIN_S``, is read and dropped between the answer's head and
+    its body, and the connection is closed after it."""
 
     def __init__(self, app: Any, limits: AdmissionLimits) -> None:
         self.app = app
@@ -128,9 +139,12 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = dict(scope.get("headers", ())).get(b"content-length")
+        headers = dict(scope.get("headers", ()))
+        declared = headers.get(b"content-length")
+        # a client waiting for 100 Continue sends nothing more once it has its answer
+        drain = headers.get(b"expect", b"").lower() != b"100-continue"
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await self._refuse(f"has {int(declared)} bytes", scope, receive, send)
+            await self._refuse(f"has {int(declared)} bytes", receive, send, drain)
             return
         chunks, size = [], 0
         while True:
@@ -140,7 +154,8 @@ class BodyLimit:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.limit:
-                await self._refuse(f"passed {self.limit} bytes", scope, receive, send)
+                more = drain and message.get("more_body", False)
+                await self._refuse(f"passed {self.limit} bytes", receive, send, more)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -157,13 +172,26 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
-    async def _refuse(self, what: str, scope: dict, receive: Any, send: Any) -> None:
-        error = APIError(
+    async def _refuse(self, what: str, receive: Any, send: Any, drain: bool) -> None:
+        response = APIError(
             413,
             f"the request body {what}, more than the limit of {self.limit} bytes set by {self.key}",
             code="body_too_large",
-        )
-        # the client may still be sending: close the connection rather than read the rest
-        response = error.response()
+        ).response()
         response.headers["Connection"] = "close"
-        await response(scope, receive, send)
+        head = {"type": "http.response.start", "status": 413, "headers": response.raw_headers}
+        await send(head)
+        if drain:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(_drop_body(receive), _DRAIN_S)
+        await send({"type": "http.response.body", "body": response.body})
+
+
+async def _drop_body(receive: Any) -> None:
+    """Read and drop the rest of a request body, at most ``_DRAIN_BYTES`` of it."""
+    dropped = 0
+    while dropped < _DRAIN_BYTES:
+        message = await receive()
+        dropped += len(message.get("body", b""))
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            return

@@ -30,7 +30,7 @@ get 401.
 
 Admission control (:mod:`trinity.models.openai_admission`, limits from
 ``explorer.rollout_model.openai_api_max_*``): a body over ``max_body_bytes`` gets 413
-before it is read whole, a request asking for more than ``max_request_tokens``
+and is never held, a request asking for more than ``max_request_tokens``
 (prompts x n x max_tokens) gets 400, and one that would pass ``max_queued_rows`` rows
 queued or decoding gets 429 with ``Retry-After``. Parsing the body, rendering the chat
 template, tokenizing and building the reply run in worker threads, so the event loop
@@ -270,9 +270,10 @@ async def unless_disconnected(request: Request, reply: Coroutine[Any, Any, Any])
     try:
         await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
     finally:
+        gone.cancel()
         if not work.done():
             work.cancel()
-        gone.cancel()
+            await asyncio.wait({work})  # until the cancellation lands (rows released)
     if not work.cancelled():
         return work.result()
     logger.info("client left before its reply: %s %s cancelled", request.method, request.url.path)
