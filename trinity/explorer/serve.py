@@ -50,6 +50,7 @@ from pydantic import BaseModel, Field
 from trinity.buffer.experience_buffer import ExperienceBuffer
 from trinity.config.schema.explorer import ServeConfig
 from trinity.explorer.serve_journal import JOURNAL_NAME, FeedbackJournal
+from trinity.models.openai_admission import AdmissionLimits
 from trinity.models.server import APIError, OpenAIServer
 from trinity.models.wrapper import ModelWrapper
 from trinity.types import EID, Experience
@@ -272,12 +273,20 @@ def serve(
     logger: logging.Logger | None = None,
     settings: ServeConfig | None = None,
     journal: FeedbackJournal | None = None,
+    limits: AdmissionLimits | None = None,
 ) -> tuple[OpenAIServer, FeedbackStore]:
     """Start serving ``model`` as ``name`` with the feedback routes; returns the running
-    server and its store (stop the server, then ``store.commit()``, to finish)."""
+    server and its store (stop the server, then ``store.commit()``, to finish).
+    ``limits``: the endpoint's admission limits (default: the config's defaults)."""
     store = FeedbackStore(buffer, logger, settings=settings, journal=journal)
     server = OpenAIServer(
-        {name: model}, host, port, api_key, on_reply=store.record, extend=store.routes
+        {name: model},
+        host,
+        port,
+        api_key,
+        on_reply=store.record,
+        extend=store.routes,
+        limits=limits,
     )
     return server.start(), store
 
@@ -313,6 +322,7 @@ def run_serve(config: Any, model_dir: str, logger: logging.Logger | None = None)
             logger=logger,
             settings=settings,
             journal=journal,
+            limits=AdmissionLimits.from_config(rollout),
         )
         print(
             f"serving {name} at {server.base_url} (POST /feedback, /commit); Ctrl-C stops",
