@@ -1,5 +1,8 @@
 """Batches of tasks from a taskset (``buffer.explorer_input.taskset`` / ``eval_tasksets``).
 
+A taskset is a file or dataset directory (``storage_type: file``), a SQL table (``sql``)
+or a directory with one task per sub-directory (``task_dir``, :mod:`trinity.buffer.task_dir`).
+
 Past 400 lines on purpose: the stream of passes, each selector's order and the reader's
 resumable state are one concern.
 
@@ -52,6 +55,7 @@ from trinity.buffer.difficulty_selector import DifficultySelector, DifficultySet
 from trinity.buffer.errors import InvalidRows, MalformedRowError, MissingKeyError, TasksetExhausted
 from trinity.buffer.file_reader import read_rows, with_progress
 from trinity.buffer.row_check import format_rules, row_problem
+from trinity.buffer.task_dir import task_dir_rows
 from trinity.types import Task
 
 logger = logging.getLogger(__name__)
@@ -104,7 +108,7 @@ def next_batch(stream: TasksetReader | TasksetMix, what: str) -> list[Task]:
 
 
 class TasksetReader:
-    """Reads ``Task`` batches from a file or SQL taskset, resumable by ``state_dict``."""
+    """Reads ``Task`` batches from a file, SQL or task_dir taskset, resumable by ``state_dict``."""
 
     def __init__(
         self,
@@ -184,6 +188,14 @@ class TasksetReader:
                 invalid=invalid,
                 progress=self.progress,
             )
+        if storage_type == "task_dir":
+            if rules:
+                raise ValueError(
+                    f"taskset '{self.name}' (storage_type task_dir): workflow '{self.workflow}' "
+                    "reads a prompt column, which task directories have none of; use a "
+                    "workflow that reads the task's directory (the row's task_dir)"
+                )
+            return task_dir_rows(self.cfg.path, self.name)
         if storage_type == "sql":
             # here, not at module level: sqlalchemy loads only for SQL tasksets
             from trinity.buffer.sql_storage import CONNECT_TIMEOUT, LOCK_TIMEOUT, SQLTaskStorage
@@ -218,7 +230,7 @@ class TasksetReader:
             return kept
         raise ValueError(
             f"taskset '{self.name}': storage_type '{storage_type}' cannot hold a taskset; "
-            "use 'file' or 'sql'"
+            "use 'file', 'sql' or 'task_dir'"
         )
 
     @property

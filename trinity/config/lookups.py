@@ -301,7 +301,7 @@ def _data_paths(cfg: Config) -> Iterator[tuple[str, str]]:
     if cfg.mode == "train" and ti.experience_buffer is not None:
         storages.append(("buffer.trainer_input.experience_buffer", ti.experience_buffer))
     for prefix, storage in storages:
-        if storage.storage_type == "file" and storage.path:
+        if storage.storage_type in ("file", "task_dir") and storage.path:
             yield f"{prefix}.path", storage.path
     if piped:
         assert pipeline is not None

@@ -406,12 +406,20 @@ def _check_schema_types(cfg: Config) -> None:
 
 def _check_storage(path: str, storage: StorageConfig) -> None:
     _required(f"{path}.name", storage.name, "every taskset and buffer needs a unique name")
-    if storage.storage_type in ("file", "sql") and not storage.path:
+    if storage.storage_type == "task_dir" and ".explorer_input." not in path:
+        raise ConfigError(
+            f"{path}.storage_type",
+            "task_dir holds tasksets (a directory per task), not experiences or dataset rows",
+            value="task_dir",
+            valid="queue, sql or file" if path.endswith("experience_buffer") else "file or sql",
+        )
+    if storage.storage_type in ("file", "sql", "task_dir") and not storage.path:
         raise ConfigError(
             f"{path}.path",
             f"is required for storage_type {storage.storage_type}",
             value=storage.path,
-            valid="a data directory, file or hub id (file) or a SQLAlchemy URL (sql)",
+            valid="a data directory, file or hub id (file), a SQLAlchemy URL (sql) or a "
+            "directory of task directories (task_dir)",
         )
     _at_least(f"{path}.repeat_times", storage.repeat_times, 1)
     _positive(f"{path}.max_read_timeout", storage.max_read_timeout)

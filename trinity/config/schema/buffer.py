@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from trinity.config.setting import setting
 
-StorageType = Literal["file", "queue", "sql"]
+StorageType = Literal["file", "queue", "sql", "task_dir"]
 
 # seconds; PostgreSQL's connect_timeout and lock_timeout (trinity.buffer.sql_storage)
 CONNECT_TIMEOUT = 10.0
@@ -121,7 +121,9 @@ class StorageConfig:
     name: str = setting("", "unique name (also the Ray actor name of the storage)")
     storage_type: StorageType | None = setting(
         None,
-        "file, queue or sql; unset: queue for the experience buffer (file in train mode), else file",
+        "file, queue, sql, or task_dir (tasksets: one task per sub-directory of path, or per "
+        "folder its index.txt lists); unset: queue for the experience buffer (file in train "
+        "mode), else file",
     )
     path: str | None = setting(
         None, "data directory/file, hub id, or SQLAlchemy URL (sql; optional backup for queue)"
