@@ -7,7 +7,7 @@
 - A misspelt ``policy_loss_fn_args`` / ``advantage_fn_args`` name fails at load, naming
   the key path and the part's valid argument names, for every type's default parts.
 - The types composed of existing parts (cpt, asymre, topr, cispo, sapo, mix_chord, sppo,
-  rec, grpo_verl), the distillation types (on_policy_distill, jsd, with the tiny model as
+  rec, grpo_verl), m2po, the distillation types (on_policy_distill, jsd, with the tiny model as
   its own teacher), dapo, multi_step_grpo, gigpo and raft each train 2 steps on the tiny
   model as the stages of one ``trinity run`` (one Ray start), from their example configs
   made small. dapo answers additions with math_dapo_reward and dynamic sampling with one
@@ -48,6 +48,7 @@ RUN_TYPES = {
     "topr": ("actor/pg_loss", "actor/topr_alpha"),
     "cispo": ("actor/pg_loss", "actor/cispo_dropfrac"),
     "sapo": ("actor/pg_loss", "actor/sapo_gate"),
+    "m2po": ("actor/pg_loss", "actor/m2po/masked_fraction"),
     "mix_chord": ("actor/pg_loss", "actor/sft_loss", "actor/chord_mu"),
     "sppo": ("actor/pg_loss", "actor/pg_clipfrac"),
     "rec": ("actor/pg_loss", "actor/pg_clipfrac"),

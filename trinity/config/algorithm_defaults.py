@@ -69,6 +69,8 @@ ALGORITHM_DEFAULTS: dict[str, AlgorithmDefaults] = {
         "grpo", "cispo", NONE, "k2", "default", "default", False, False, True
     ),
     "sapo": AlgorithmDefaults("grpo", "sapo", NONE, "k2", "default", "default", False, False, True),
+    # M2PO trains on stale rollouts: no KL, no entropy term, no reference model
+    "m2po": AlgorithmDefaults("grpo", "m2po", NONE, NONE, NONE, "default", False, False, True),
     "mix_chord": AlgorithmDefaults(
         "grpo", "mix_chord", NONE, "k2", "mix", "mix", False, False, True
     ),

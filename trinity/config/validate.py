@@ -136,6 +136,28 @@ def _check_algorithm(cfg: Config) -> None:
         )
     _check_optimizer("algorithm.optimizer", algo.optimizer)
     _check_part_names(cfg)
+    _check_old_logprobs(cfg)
+
+
+def _check_old_logprobs(cfg: Config) -> None:
+    """m2po bounds the ratio to the policy that sampled the tokens: the old log-probs
+    must be the rollout engine's, not recomputed by the trainer."""
+    if cfg.algorithm.policy_loss_fn != "m2po":
+        return
+    tc = cfg.trainer.trainer_config
+    correction = "trainer.trainer_config.algorithm.rollout_correction.bypass_mode"
+    for path, value in (
+        ("algorithm.bypass_old_logprobs", cfg.algorithm.bypass_old_logprobs),
+        (correction, tc is None or tc.algorithm.rollout_correction.bypass_mode),
+    ):
+        if not value:
+            raise ConfigError(
+                path,
+                "policy_loss_fn m2po needs the rollout engine's log-probs as the old "
+                "log-probs (its trust region is the ratio to the policy that sampled)",
+                value=value,
+                valid="true",
+            )
 
 
 def _check_optimizer(path: str, opt: OptimizerConfig) -> None:
@@ -545,6 +567,15 @@ def _check_synchronizer(cfg: Config) -> None:
     _at_least("synchronizer.sync_interval", sync.sync_interval, 1)
     _at_least("synchronizer.sync_offset", sync.sync_offset, 0)
     _positive("synchronizer.sync_timeout", sync.sync_timeout)
+    _at_least("explorer.max_inflight_batches", cfg.explorer.max_inflight_batches, 1)
+    if sync.sync_style == "fully_async" and cfg.algorithm.dynamic_sampling.enable:
+        raise ConfigError(
+            "algorithm.dynamic_sampling.enable",
+            "cannot refill steps with sync_style fully_async (its batches roll out side by "
+            "side, each read once)",
+            value=True,
+            valid="false, or another synchronizer.sync_style",
+        )
 
 
 def _check_trainer(cfg: Config) -> None:
@@ -593,7 +624,8 @@ def _check_trainer(cfg: Config) -> None:
         f"{prefix}.algorithm.rollout_correction.rollout_is_threshold",
         correction.rollout_is_threshold,
     )
-    if correction.rollout_is is not None and correction.bypass_mode:
+    bypass = correction.bypass_mode and cfg.algorithm.bypass_old_logprobs
+    if correction.rollout_is is not None and bypass:
         raise ConfigError(
             f"{prefix}.algorithm.rollout_correction.rollout_is",
             "needs bypass_mode false (in bypass mode the rollout log-probs are the old "

@@ -158,8 +158,12 @@ class Trainer:
         self.entropy_loss = parts.entropy_loss
         self.entropy_has_grad = parts.entropy_has_grad
         self.loss_agg_mode = algo.loss_agg_mode
-        # rollout correction: bypass_mode false recomputes the old log-probs at each step
+        # rollout correction: bypass_mode false recomputes the old log-probs at each step,
+        # as Trinity-RFT's algorithm.bypass_old_logprobs false does
         self.rollout_correction = tc.algorithm.rollout_correction
+        self.recompute_old_logprobs = not (
+            self.rollout_correction.bypass_mode and algo.bypass_old_logprobs
+        )
 
         self.ref_model = None
         if algo.use_reference:
@@ -252,7 +256,7 @@ class Trainer:
         """Collate ``experiences`` and fill reference log-probs, values and advantages."""
         batch = collate(experiences, self.pad_token_id, self.temperature, self.taskset_temperatures)
         metrics: dict[str, float] = {}
-        if not self.rollout_correction.bypass_mode:
+        if self.recompute_old_logprobs:
             metrics.update(self._correct_rollout(batch))
         if self.ref_model is not None:
             # in micro-batches of ref.log_prob_micro_batch_size_per_gpu rows (or packed)

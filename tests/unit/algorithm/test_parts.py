@@ -42,6 +42,7 @@ def test_registries_hold_the_config_names():
         "dpo",
         "gspo",
         "importance_sampling",
+        "m2po",
         "mix",
         "mix_chord",
         "opmd",
@@ -88,7 +89,7 @@ def test_args_defaults_and_yaml_ints():
 
 
 def test_every_algorithm_type_names_registered_parts():
-    # the 24 algorithm types of Trinity-RFT 0.6, by its names
+    # the 25 algorithm types of Trinity-RFT 0.6, by its names
     assert ALGORITHM_TYPE.names() == [
         "asymre",
         "cispo",
@@ -100,6 +101,7 @@ def test_every_algorithm_type_names_registered_parts():
         "grpo_verl",
         "gspo",
         "jsd",
+        "m2po",
         "mix",
         "mix_chord",
         "multi_step_grpo",

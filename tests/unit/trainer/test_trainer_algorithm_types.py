@@ -27,6 +27,7 @@ RL_TYPES = {
     "topr": "topr_alpha",
     "cispo": "cispo_dropfrac",
     "sapo": "sapo_gate",
+    "m2po": "m2po/masked_fraction",
     "mix_chord": "chord_mu",
     "sppo": "pg_clipfrac",
     "rec": "pg_clipfrac",

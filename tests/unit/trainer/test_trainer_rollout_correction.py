@@ -85,6 +85,16 @@ def test_bypass_mode_keeps_the_rollout_logprobs(tiny_model_dir: Path, tmp_path: 
     assert torch.equal(batch.old_logprobs[0, : exps[0].logprobs.numel()], exps[0].logprobs)
 
 
+def test_bypass_old_logprobs_false_recomputes_them(tiny_model_dir: Path, tmp_path: Path) -> None:
+    # Trinity-RFT's algorithm key for bypass_mode false: the policy's own log-probs
+    cfg = make_config(tiny_model_dir, tmp_path, "grpo", algorithm={"bypass_old_logprobs": False})
+    exps = with_logprobs(rollouts(2), torch.full((2, 64), -9.0))
+    batch, _ = Trainer(cfg, model_dir=tiny_model_dir, total_steps=1).prepare(exps)
+    mask = batch.action_mask.bool()
+    assert torch.equal(batch.rollout_logprobs[mask], torch.full((int(mask.sum()),), -9.0))
+    assert not torch.allclose(batch.old_logprobs[mask], batch.rollout_logprobs[mask])
+
+
 def test_rollout_is_in_bypass_mode_is_refused(tiny_model_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"rollout_correction\.rollout_is: needs bypass_mode"):
         make_config(tiny_model_dir, tmp_path, "grpo", trainer=correction(rollout_is="token"))

@@ -37,6 +37,7 @@ BUILTIN_PART_ARGS: dict[str, dict[str, type]] = {
         "dpo": policy_loss.DPOLossArgs,
         "gspo": policy_loss.GSPOPolicyLossArgs,
         "importance_sampling": policy_loss.LossAggModeArgs,
+        "m2po": policy_loss.M2POPolicyLossArgs,
         "mix": policy_loss.MixPolicyLossArgs,
         "mix_chord": policy_loss.MixCHORDPolicyLossArgs,
         "opmd": policy_loss.OPMDPolicyLossArgs,

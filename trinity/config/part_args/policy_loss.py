@@ -6,6 +6,7 @@ The losses themselves are in ``trinity.algorithm.policy_loss``, one module per f
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from trinity.config.part_args.loss_agg_modes import check_loss_agg_mode
@@ -199,6 +200,27 @@ class GSPOPolicyLossArgs:
             self.clip_range_high = 4e-4 if self.clip_range is None else self.clip_range
         if self.clip_range_low < 0 or self.clip_range_high < 0:
             raise ValueError("clip ranges must be >= 0")
+
+
+@dataclass
+class M2POPolicyLossArgs:
+    """Arguments of ``policy_loss_fn: m2po``."""
+
+    m2_threshold: float = 0.04  # tau: bound of the trust region's mean squared log-ratio
+    log_ratio_clip: float = 20.0  # |log-ratio| bound before exp (the gradient passes through)
+    loss_agg_mode: str = "token-mean"  # the paper divides by every valid token
+
+    def __post_init__(self) -> None:
+        check_loss_agg_mode(self.loss_agg_mode)
+        if self.loss_agg_mode != "token-mean":
+            raise ValueError(
+                f"m2po's loss_agg_mode must be token-mean (the paper's mean over every valid "
+                f"token), got {self.loss_agg_mode!r}; valid: token-mean"
+            )
+        if not math.isfinite(self.m2_threshold) or self.m2_threshold < 0:
+            raise ValueError(f"m2_threshold must be >= 0 and finite, got {self.m2_threshold}")
+        if not math.isfinite(self.log_ratio_clip) or self.log_ratio_clip <= 0:
+            raise ValueError(f"log_ratio_clip must be > 0 and finite, got {self.log_ratio_clip}")
 
 
 @dataclass

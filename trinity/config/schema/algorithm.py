@@ -103,3 +103,9 @@ class AlgorithmConfig:
         None,
         "keep a frozen reference model; unset: when a KL part is active or the algorithm needs one",
     )
+    bypass_old_logprobs: bool = setting(
+        True,
+        "use the rollout engine's log-probs as the old log-probs; false: the trainer "
+        "recomputes them with the policy before each step (as rollout_correction.bypass_mode "
+        "false does); m2po needs true",
+    )
