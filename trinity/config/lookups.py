@@ -24,6 +24,7 @@ from datetime import datetime
 from pathlib import Path
 
 from trinity.config.errors import ConfigError, closest
+from trinity.config.external_envs import EXTERNAL_WORKFLOWS, check_external_env
 from trinity.config.resolve import job_dir as job_dir_of
 from trinity.config.schema import Config, StorageConfig
 
@@ -38,6 +39,7 @@ REGISTRIES = {
 BUILTIN_NAMES: dict[str, frozenset[str]] = {
     "workflow": frozenset(
         {
+            *EXTERNAL_WORKFLOWS,
             "async_math_boxed_workflow",
             "async_math_rm_workflow",
             "async_math_ruler_workflow",
@@ -205,6 +207,9 @@ def _check_stage(cfg: Config) -> None:
         check_name(path, kind, name)
     for prefix, taskset in _tasksets(cfg):
         _check_tool_call_meaning(prefix, taskset)
+        # a workflow whose environment is downloaded by hand: what to get and where
+        name = taskset.default_workflow_type or ""
+        check_external_env(f"{prefix}.default_workflow_type", name, taskset.workflow_args)
     for path, given in _data_paths(cfg):
         check_data_path(path, given)
     tc = cfg.trainer.trainer_config

@@ -10,6 +10,7 @@ distillation workflows; see docs/workflows.md.
 """
 
 from trinity.workflows import countdown as _countdown  # noqa: F401
+from trinity.workflows import external_envs as _external_envs  # noqa: F401
 from trinity.workflows import frozen_lake as _frozen_lake  # noqa: F401
 from trinity.workflows import llm_judge as _llm_judge  # noqa: F401
 from trinity.workflows import math_boxed as _math_boxed  # noqa: F401

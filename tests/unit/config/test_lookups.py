@@ -46,10 +46,10 @@ def test_a_config_of_builtin_names_and_existing_paths_passes(data: dict[str, Any
 
 
 def test_an_unknown_workflow_names_the_key_and_the_valid_names(data: dict[str, Any]) -> None:
-    data["buffer"]["default_workflow_type"] = "alfworld_workflow"
+    data["buffer"]["default_workflow_type"] = "alfwrld_workflow"
     err = failure(data)
     assert err.path == "buffer.default_workflow_type"
-    assert err.value == "alfworld_workflow"
+    assert err.value == "alfwrld_workflow"
     assert "unknown workflow" in str(err) and "math_workflow" in err.valid
     assert "\n" not in str(err)
 
@@ -179,7 +179,7 @@ def _run_dry(tmp_path: Path, data: dict[str, Any], *overrides: str) -> subproces
 def test_dry_run_fails_on_an_unknown_workflow_in_one_line(
     data: dict[str, Any], tmp_path: Path
 ) -> None:
-    done = _run_dry(tmp_path, data, "buffer.default_workflow_type=alfworld_workflow")
+    done = _run_dry(tmp_path, data, "buffer.default_workflow_type=alfwrld_workflow")
     assert done.returncode == 2, done.stdout
     [line] = done.stderr.splitlines()
     assert line.startswith("trinity: config error: buffer.default_workflow_type: unknown workflow")
