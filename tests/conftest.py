@@ -32,6 +32,7 @@ SERIAL = (
     "e2e/test_async_sync.py::test_async_run_reports_the_staleness_of_its_schedule",
     "e2e/test_async_sync.py::test_split_explore_and_train_processes",
     "e2e/test_async_sync.py::test_explorer_driven_run_takes_weights_at_its_sync_points",
+    "e2e/test_async_sync.py::test_fully_async_run_never_waits_for_the_trainer",
     "e2e/test_debug_cli.py",
     "e2e/test_judge_run.py",
     "e2e/test_lora_run.py",

@@ -5,7 +5,9 @@
   advantages with a ``--plugin-dir`` advantage function;
 * a split run: ``mode: train`` and ``mode: explore`` as two ``trinity run`` processes on
   one job directory, weights passing through checkpoint files and experiences through a
-  shared SQLite buffer.
+  shared SQLite buffer;
+* ``sync_style: fully_async``: two batches in flight, no wait for weights, and the
+  staleness of every step within ``staleness_control``'s bound.
 """
 
 from __future__ import annotations
@@ -200,3 +202,49 @@ def test_explorer_driven_run_takes_weights_at_its_sync_points(
     published = sorted({int(m) for m in re.findall(r"published policy version (\d+)", log)})
     # only the answer to the explorer's request and the last step, not every 2 steps
     assert published == [versions[2], STEPS]
+
+
+@pytest.mark.slow
+def test_fully_async_run_never_waits_for_the_trainer(tiny_model_dir: Path, tmp_path: Path) -> None:
+    # two batches in flight: step 2 begins before step 1 is handed on; weights are taken
+    # by a background thread as they are published, so no step waits for them; the
+    # trainer drops experiences more than 2 policy versions old (staleness_control)
+    steps = 3
+    result = run_demo(
+        tiny_model_dir,
+        tmp_path,
+        "name=fully",
+        f"buffer.total_steps={steps}",
+        "synchronizer.sync_style=fully_async",
+        "explorer.max_inflight_batches=2",
+        "algorithm.sample_strategy=staleness_control",
+        "algorithm.sample_strategy_args={max_staleness: 2}",
+        "trainer.save_interval=0",
+        "buffer.trainer_input.experience_buffer.path=null",
+        *QUICK,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    job = tmp_path / "trinity-demo" / "fully"
+    explored = [
+        r
+        for r in _rows(job / "monitor" / "fully_explorer_metrics.jsonl")
+        if "rollout/staleness" in r
+    ]
+    assert [r["step"] for r in explored] == [1, 2, 3]
+    print("explorer wait for weights per step:", [r["time/wait_weights"] for r in explored])
+    print("rollout staleness per step:", [r["rollout/staleness"] for r in explored])
+    assert all(r["time/wait_weights"] < 0.05 for r in explored)
+    assert all(0 <= r["rollout/staleness"] <= r["step"] - 1 for r in explored)
+    trained = [
+        r
+        for r in _rows(job / "monitor" / "fully_trainer_metrics.jsonl")
+        if "trainer/staleness/max" in r
+    ]
+    print(
+        "trainer staleness (mean, max) per step:",
+        [(r["trainer/staleness/mean"], r["trainer/staleness/max"]) for r in trained],
+    )
+    assert [r["step"] for r in trained] == [1, 2, 3]
+    assert all(0 <= r["trainer/staleness/mean"] <= r["trainer/staleness/max"] <= 2 for r in trained)
+    log = (job / "log" / "explorer.log").read_text()
+    assert log.index("explore step 2 begins") < log.index("explore step 1 ends")

@@ -1,7 +1,10 @@
 """The explorer: roll out tasks with the current policy and hand experiences on.
 
 ``explore_step`` reads a batch of tasks, runs their workflows on the runner pool and
-returns the scored experiences with metrics; ``evaluate`` runs every eval taskset.
+returns the scored experiences with metrics; ``evaluate`` runs every eval taskset. With
+``sync_style: fully_async`` the explorer has ``explorer.max_inflight_batches`` runner
+pools (lanes), so that many steps roll out side by side: ``read_batch`` reads a step's
+tasks in order and ``explore_step(step, tasks, lane)`` rolls them out on one lane.
 ``load_weights`` installs a new policy version from the trainer. The loop that calls
 these (and talks to the buffer and synchronizer) lives in ``trinity.launch``.
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import statistics
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -161,17 +165,25 @@ class Explorer:
             for storage in inputs.eval_tasksets:
                 reader = make_taskset_reader(config, storage, batch_size=1, is_eval=True)
                 self.eval_tasks[storage.name] = [self._as_eval(t) for t in reader.read_all()]
-            self.runners = RunnerPool(
-                self.models,
-                num_runners=ex.runner_per_model * ex.rollout_model.engine_num,
-                max_timeout=ex.max_timeout,
-                max_retry_times=ex.max_retry_times,
-                env_vars=ex.env_vars,
-                auxiliary_models=[served.wrappers for served in self.served[1:]],
-                log_dir=log_dir,
-                log_level=config.log.level,
-                max_repeat_times_per_runner=ex.max_repeat_times_per_runner,
-            )
+            self._taskset_lock = threading.Lock()  # lanes feed back while the loop reads
+            num_runners = ex.runner_per_model * ex.rollout_model.engine_num
+            fully_async = config.synchronizer.sync_style == "fully_async"
+            self.lanes = [
+                RunnerPool(
+                    self.models,
+                    num_runners=num_runners,
+                    max_timeout=ex.max_timeout,
+                    max_retry_times=ex.max_retry_times,
+                    env_vars=ex.env_vars,
+                    auxiliary_models=[served.wrappers for served in self.served[1:]],
+                    log_dir=log_dir,
+                    log_level=config.log.level,
+                    max_repeat_times_per_runner=ex.max_repeat_times_per_runner,
+                    first_index=lane * num_runners,
+                )
+                for lane in range(ex.max_inflight_batches if fully_async else 1)
+            ]
+            self.runners = self.lanes[0]  # evaluation runs here, with no step in flight
         except BaseException:
             # a failed start (a bad taskset, say) stops the engines it started, so a
             # caller that handles the error is not left with their threads running
@@ -189,22 +201,43 @@ class Explorer:
     def model_version(self) -> int:
         return self.engines.model_version
 
-    def _roll_out(self, step: int, round_: int, result: RunResult) -> list[Experience] | None:
-        """Round ``round_`` of explore step ``step``: the next batch of tasks rolled out
-        (counts added to ``result``); None when the taskset is exhausted."""
-        try:
-            tasks = self.taskset.read_batch()
-        except TasksetExhausted:
+    def read_batch(self) -> list[Task] | None:
+        """The next batch of training tasks; None when the taskset is exhausted."""
+        if self.taskset is None:
+            raise RuntimeError("exploring needs buffer.explorer_input.taskset")
+        with self._taskset_lock:
+            try:
+                return self.taskset.read_batch()
+            except TasksetExhausted:
+                return None
+
+    def _roll_out(
+        self,
+        step: int,
+        round_: int,
+        result: RunResult,
+        tasks: list[Task] | None = None,
+        lane: int = 0,
+    ) -> list[Experience] | None:
+        """Round ``round_`` of explore step ``step``: ``tasks`` (default: the next batch)
+        rolled out on runner pool ``lane`` (counts added to ``result``); None when the
+        taskset is exhausted."""
+        tasks = self.read_batch() if tasks is None else tasks
+        if tasks is None:
             return None
         first_slot = round_ * self.config.buffer.batch_size
         for slot, task in enumerate(tasks, start=first_slot):
             task.rollout_args.setdefault("seed", rollout_seed(self.config.seed, step, slot))
-        part = self.runners.run_tasks(tasks, batch_id=step, over_rollout=self._over_rollout(tasks))
+        part = self.lanes[lane].run_tasks(
+            tasks, batch_id=step, over_rollout=self._over_rollout(tasks)
+        )
         for name in _COUNTS:
             setattr(result, name, getattr(result, name) + getattr(part, name))
         result.abandoned_alive = part.abandoned_alive
         for exp in part.experiences:
-            exp.info["model_version"] = self.model_version
+            # the version of the weights that sampled it, which its model calls record (with
+            # fully_async new weights may arrive mid-step); else the engines' version now
+            exp.info.setdefault("model_version", self.model_version)
         return part.experiences
 
     def _over_rollout(self, tasks: list[Task]) -> OverRollout | None:
@@ -219,16 +252,17 @@ class Explorer:
             keep_partial=over.return_partial_tasks,
         )
 
-    def explore_step(self, step: int) -> tuple[list[Experience], dict[str, float]] | None:
-        """Roll out one batch of tasks; None when the taskset is exhausted.
+    def explore_step(
+        self, step: int, tasks: list[Task] | None = None, lane: int = 0
+    ) -> tuple[list[Experience], dict[str, float]] | None:
+        """Roll out one batch of tasks (``tasks``, default: the next batch read) on runner
+        pool ``lane``; None when the taskset is exhausted.
 
         With ``algorithm.dynamic_sampling`` tied groups are dropped and further batches
         rolled out to refill the step (:mod:`trinity.explorer.dynamic_sampling`); for a
         type that trains on each group's best rollouts (raft) the others are masked
         (:mod:`trinity.explorer.best_of_group`).
         """
-        if self.taskset is None:
-            raise RuntimeError("explore_step needs buffer.explorer_input.taskset")
         algo = self.config.algorithm
         sampling = algo.dynamic_sampling
         start = time.perf_counter()
@@ -245,12 +279,13 @@ class Explorer:
             result.experiences = fill.experiences
             sampled = fill.sampled
         else:
-            experiences = self._roll_out(step, 0, result)
+            experiences = self._roll_out(step, 0, result, tasks, lane)
             if experiences is None:
                 return None
             result.experiences = sampled = experiences
         # difficulty_based selectors learn from everything rolled out, kept or not
-        self.taskset.feedback(task_pass_rates(sampled))
+        with self._taskset_lock:
+            self.taskset.feedback(task_pass_rates(sampled))
         # the policy's rollout metrics cover everything it sampled, kept or not
         metrics = rollout_metrics(sampled)
         if len(self.taskset.readers) > 1:
@@ -267,7 +302,10 @@ class Explorer:
                 "rollout/skipped_tasks": float(result.skipped),
                 "rollout/abandoned_threads": float(result.abandoned_alive),
                 "rollout/refused_model_calls": float(result.refused_calls),
-                "rollout/model_version": float(self.model_version),
+                # the oldest weights that sampled the step (all alike unless fully_async)
+                "rollout/model_version": float(
+                    min((e.model_version for e in result.experiences), default=self.model_version)
+                ),
                 "rollout/num_experiences": float(len(result.experiences)),
                 "time/explore_step": time.perf_counter() - start,
             }
@@ -351,7 +389,8 @@ class Explorer:
             self.taskset.load_state_dict(state["taskset"])
 
     def close(self) -> None:
-        self.runners.close()
+        for lane in self.lanes:
+            lane.close()
         for served in self.served:
             served.close()
         self.engines.close()

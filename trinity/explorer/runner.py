@@ -225,7 +225,8 @@ class RunnerPool:
     ``auxiliary_models``: one entry per auxiliary model, a ModelWrapper or a list of
     them (one per replica; slot ``i`` calls replica ``i % len``). Workflows get them, in
     this order, as ``auxiliary_models``. ``max_abandoned`` (default ``num_runners``):
-    abandoned threads the pool tolerates while every slot keeps working.
+    abandoned threads the pool tolerates while every slot keeps working. ``first_index``
+    numbers the slots (and their log files) of a second pool beside the first.
     """
 
     def __init__(
@@ -241,6 +242,7 @@ class RunnerPool:
         log_level: str = "INFO",
         max_abandoned: int | None = None,
         max_repeat_times_per_runner: int | None = None,
+        first_index: int = 0,
     ) -> None:
         if not models:
             raise ValueError("RunnerPool needs at least one model")
@@ -276,10 +278,10 @@ class RunnerPool:
             )
         self.slots = [
             _Slot(
-                i,
+                first_index + i,
                 models[i % len(models)],
                 [replicas[i % len(replicas)] for replicas in self.auxiliary_models],
-                get_actor_logger(f"explorer_runner_{i}", log_dir, level=log_level),
+                get_actor_logger(f"explorer_runner_{first_index + i}", log_dir, level=log_level),
             )
             for i in range(num_runners)
         ]

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections import deque
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,7 @@ from trinity.launch.resume import (
     save_explorer_state,
 )
 from trinity.sync import weights
+from trinity.sync.watcher import WeightWatcher
 from trinity.trainer import checkpoint as ckpt
 from trinity.utils.log import get_actor_logger
 from trinity.utils.memory import TrainerHeap, release_free_memory
@@ -129,36 +132,11 @@ class ExplorerRole:
             self._resume(start_step)
         if cfg.explorer.eval_on_startup and start_step == 0:
             self._evaluate(0, evals)
+        fully_async = cfg.synchronizer.sync_style == "fully_async"
+        explore = self._explore_in_flight if fully_async else self._explore_in_turn
         step = start_step
         try:
-            for step in range(start_step + 1, total_steps + 1):
-                self._take(self.weights.before_step(step, self.explorer.model_version))
-                release_free_memory()  # what loading the new weights freed
-                # evaluate the weights trained by step - 1, before exploring with them
-                if step - 1 > start_step and (step - 1) % cfg.explorer.eval_interval == 0:
-                    self._evaluate(step - 1, evals)
-                self.logger.info(
-                    "explore step %d begins (policy version %d)", step, self.explorer.model_version
-                )
-                produced = self.explorer.explore_step(step)
-                if produced is None:
-                    self.logger.info("taskset exhausted before step %d", step)
-                    step -= 1
-                    break
-                experiences, metrics = produced
-                metrics["rollout/staleness"] = float(
-                    weights.staleness(step, self.explorer.model_version)
-                )
-                # recorded before the trainer can see this step, so a checkpoint of step
-                # N always finds the explorer's state after step N
-                save_explorer_state(self.job_dir, step, self.explorer.state_dict())
-                experiences, pipeline_metrics = self.pipeline.process(experiences)
-                metrics.update(pipeline_metrics)
-                ray.get(self.buffer.put.remote(experiences))
-                self.monitor.log(metrics, step)
-                ray.get(self.sync.report.remote("explorer", step, metrics))
-                self.logger.info("explore step %d ends: %s", step, _brief(metrics))
-                release_free_memory()
+            step = explore(start_step, total_steps, evals)
         finally:
             ray.get(self.buffer.close.remote())
         if cfg.mode == "both" and step > start_step:
@@ -173,6 +151,101 @@ class ExplorerRole:
             "first_eval": evals[0] if evals else None,
             "last_eval": evals[-1] if evals else None,
         }
+
+    def _explore_in_turn(self, start_step: int, total_steps: int, evals: list) -> int:
+        """Each step waits for the weights its ``sync_style`` asks for, then rolls out;
+        returns the last step explored."""
+        step = start_step
+        for step in range(start_step + 1, total_steps + 1):
+            start = time.perf_counter()
+            self._take(self.weights.before_step(step, self.explorer.model_version))
+            waited = time.perf_counter() - start
+            release_free_memory()  # what loading the new weights freed
+            # evaluate the weights trained by step - 1, before exploring with them
+            if step - 1 > start_step and (step - 1) % self.config.explorer.eval_interval == 0:
+                self._evaluate(step - 1, evals)
+            self.logger.info(
+                "explore step %d begins (policy version %d)", step, self.explorer.model_version
+            )
+            produced = self.explorer.explore_step(step)
+            if produced is None:
+                self.logger.info("taskset exhausted before step %d", step)
+                return step - 1
+            experiences, metrics = produced
+            metrics["time/wait_weights"] = waited
+            self._hand_on(step, experiences, metrics, self.explorer.state_dict())
+        return step
+
+    def _explore_in_flight(self, start_step: int, total_steps: int, evals: list) -> int:
+        """``fully_async``: up to ``max_inflight_batches`` steps roll out side by side (step
+        s on lane (s - 1) % n) and are handed on in order, the oldest before another
+        starts; a background thread installs new weights as they are published. Returns
+        the last step handed on."""
+        lanes = len(self.explorer.lanes)
+        inflight: deque[tuple[int, Future, dict[str, Any]]] = deque()
+        done = start_step
+        watcher = WeightWatcher(
+            lambda: self.weights.newest(self.explorer.model_version), self._take, self.logger
+        )
+        watcher.start()
+        try:
+            with ThreadPoolExecutor(lanes, thread_name_prefix="explore-lane") as pool:
+                for step in range(start_step + 1, total_steps + 1):
+                    watcher.check()
+                    interval = self.config.explorer.eval_interval
+                    evaluate = step - 1 > start_step and (step - 1) % interval == 0
+                    # evaluation runs on lane 0: every step in flight ends first
+                    while inflight and (evaluate or len(inflight) >= lanes):
+                        done = self._hand_on_oldest(inflight)
+                    if evaluate:
+                        self._evaluate(step - 1, evals)
+                    tasks = self.explorer.read_batch()
+                    if tasks is None:
+                        self.logger.info("taskset exhausted before step %d", step)
+                        break
+                    state = self.explorer.state_dict()  # the taskset right after this read
+                    self.logger.info(
+                        "explore step %d begins (policy version %d, %d step(s) in flight)",
+                        step,
+                        self.explorer.model_version,
+                        len(inflight),
+                    )
+                    lane = (step - 1) % lanes
+                    inflight.append(
+                        (step, pool.submit(self.explorer.explore_step, step, tasks, lane), state)
+                    )
+                while inflight:
+                    done = self._hand_on_oldest(inflight)
+        finally:
+            watcher.stop()
+        watcher.check()
+        return done
+
+    def _hand_on_oldest(self, inflight: deque[tuple[int, Future, dict[str, Any]]]) -> int:
+        step, future, state = inflight.popleft()
+        experiences, metrics = future.result()
+        metrics["time/wait_weights"] = 0.0  # the watcher's thread loads them
+        self._hand_on(step, experiences, metrics, state)
+        return step
+
+    def _hand_on(
+        self, step: int, experiences: list, metrics: dict[str, float], state: dict[str, Any]
+    ) -> None:
+        """Explore step ``step``'s experiences through the pipeline into the buffer, with
+        its metrics; ``state`` is the explorer's state after it, recorded first."""
+        metrics["rollout/staleness"] = float(
+            weights.staleness(step, int(metrics["rollout/model_version"]))
+        )
+        # recorded before the trainer can see this step, so a checkpoint of step N always
+        # finds the explorer's state after step N
+        save_explorer_state(self.job_dir, step, state)
+        experiences, pipeline_metrics = self.pipeline.process(experiences)
+        metrics.update(pipeline_metrics)
+        ray.get(self.buffer.put.remote(experiences))
+        self.monitor.log(metrics, step)
+        ray.get(self.sync.report.remote("explorer", step, metrics))
+        self.logger.info("explore step %d ends: %s", step, _brief(metrics))
+        release_free_memory()
 
     def _resume(self, step: int) -> None:
         """Continue after ``step``: its taskset position and (mode both) its checkpoint."""
@@ -332,10 +405,9 @@ class TrainerRole:
                 # to the OS before the weights are published (the explorer grows while it
                 # loads them); the next step faults its pages in again (utils/memory.py)
                 self.heap.after_step()
-                versions = [e.model_version for e in experiences]
-                metrics["trainer/staleness/mean"] = sum(step - 1 - v for v in versions) / len(
-                    versions
-                )
+                lags = [weights.staleness(step, e.model_version) for e in experiences]
+                metrics["trainer/staleness/mean"] = sum(lags) / len(lags)
+                metrics["trainer/staleness/max"] = float(max(lags))
                 self.monitor.log(metrics, step)
                 ray.get(self.sync.report.remote("trainer", step, metrics))
                 self.logger.info("train step %d ends: %s", step, _brief(metrics))

@@ -9,11 +9,12 @@ Schedule (``synchronizer``): the trainer publishes policy version ``v`` after tr
 ``sync_style: fixed``, explore step ``s`` uses version
 ``required_version(s) = ((s - 1 - sync_offset) // sync_interval) * sync_interval`` and waits
 for it (at most ``sync_timeout`` seconds); with ``trainer_driven`` (alias ``dynamic``) it
-takes the newest published version without ever waiting. With ``explorer_driven`` the
-explorer decides: at its sync points (``explorer_sync_point``: every ``sync_interval``
-explore steps after the first ``sync_offset``) it asks for the trainer's current weights
-and waits for them; the trainer publishes only when asked (after a train step, or while
-it waits for a batch) and after its last step. An unanswered request (``sync_timeout``)
+takes the newest published version without ever waiting (``fully_async`` too, from a
+background thread between model calls: :mod:`trinity.sync.watcher`). With
+``explorer_driven`` the explorer decides: at its sync points (``explorer_sync_point``:
+every ``sync_interval`` explore steps after the first ``sync_offset``) it asks for the
+trainer's current weights and waits for them; the trainer publishes only when asked
+(after a train step, or while it waits for a batch) and after its last step. An unanswered request (``sync_timeout``)
 leaves the explorer on its weights until its next sync point. Across processes (modes
 explore and train) there is no one to ask: the trainer publishes every ``sync_interval``
 steps and the explorer takes the newest version on disk at its sync points.
@@ -247,7 +248,7 @@ class WeightReceiver:
         syn = self.config.synchronizer
         if self.config.mode not in ("both", "explore"):
             return None
-        if syn.sync_style in ("dynamic", "trainer_driven"):
+        if syn.sync_style in ("dynamic", "trainer_driven", "fully_async"):
             return self.newest(current)
         if syn.sync_style == "explorer_driven":
             if not explorer_sync_point(step, syn.sync_interval, syn.sync_offset):

@@ -59,14 +59,32 @@ def test_two_selector_sections_fail_naming_the_key(tmp_path: Path) -> None:
         config_from_dict(data)
 
 
-def test_fully_async_says_what_to_write_instead(tmp_path: Path) -> None:
+def test_fully_async_is_a_sync_style(tmp_path: Path) -> None:
     data = minimal_config(tmp_path)
     data["synchronizer"] = {"sync_style": "fully_async"}
+    data["explorer"] = {"max_inflight_batches": 3}
+    cfg = resolved_config(data)
+    assert cfg.synchronizer.sync_style == "fully_async"
+    assert cfg.explorer.max_inflight_batches == 3
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "named"),
+    [
+        ("explorer", {"max_inflight_batches": 0}, "explorer.max_inflight_batches"),
+        ("algorithm", {"dynamic_sampling": {"enable": True}}, "algorithm.dynamic_sampling"),
+    ],
+)
+def test_fully_async_refuses_what_it_cannot_run(
+    tmp_path: Path, key: str, value: dict[str, Any], named: str
+) -> None:
+    data = minimal_config(tmp_path)
+    data["synchronizer"] = {"sync_style": "fully_async"}
+    data.setdefault(key, {}).update(value)
     with pytest.raises(ConfigError) as err:
-        config_from_dict(data)
+        resolved_config(data)
     line = str(err.value)
-    assert "synchronizer.sync_style" in line
-    assert "mode: explore" in line and "mode: train" in line and "explorer_driven" in line
+    assert "\n" not in line and named in line
 
 
 def _serve(tmp_path: Path, explorer: dict[str, Any], rollout: dict[str, Any] | None = None):

@@ -138,6 +138,11 @@ class ExplorerConfig:
         "split a task's repeat_times over runners, at most this many runs each (the parts "
         "run concurrently, one advantage group); unset: one runner runs all",
     )
+    max_inflight_batches: int = setting(
+        2,
+        "sync_style fully_async: batches rolled out at once, each on runners of its own "
+        "(runner_per_model each); the oldest is handed on before another starts",
+    )
     env_vars: dict[str, str] = setting({}, "environment variables set in every workflow runner")
     rollout_model: InferenceModelConfig = setting(
         InferenceModelConfig, "the engines that roll out the policy"
