@@ -3,8 +3,6 @@
 - ``task_selector`` as a section (v0.6's spelling: ``selector_type``, ``seed``,
   ``feature_keys``, ``kwargs``) is the ``data_selector`` section here, where
   ``task_selector`` is the plain order name; a storage giving both sections fails.
-- ``synchronizer.sync_style: fully_async`` is no sync style upstream either: fully
-  asynchronous RFT there is two runs; the error says what to write instead.
 - ``explorer.runner_num`` (the older spelling) counts workflow runners over all rollout
   engines; ``explorer.runner_per_model`` counts them per engine. Without a
   ``runner_per_model`` beside it, ``runner_per_model = ceil(runner_num /
@@ -23,13 +21,6 @@ from typing import Any
 
 from trinity.config.errors import ConfigError
 
-FULLY_ASYNC = (
-    "is not a sync style: fully asynchronous RFT is two runs, one with mode: explore and one "
-    "with mode: train, sharing buffer.trainer_input.experience_buffer and exchanging weights "
-    "through checkpoints (sync_method: checkpoint); within one run of mode both, "
-    "explorer_driven lets the explorer go on without waiting for the trainer"
-)
-
 
 def upstream_spellings(data: Any) -> Any:
     """``data`` (a config as plain data) with Trinity-RFT's spellings turned into ours;
@@ -44,14 +35,6 @@ def upstream_spellings(data: Any) -> Any:
         if isinstance(stage, dict):
             sections.append((f"stages[{index}].", stage))
     for prefix, section in sections:
-        sync = section.get("synchronizer")
-        if isinstance(sync, Mapping) and sync.get("sync_style") == "fully_async":
-            raise ConfigError(
-                f"{prefix}synchronizer.sync_style",
-                FULLY_ASYNC,
-                value="fully_async",
-                valid="fixed, explorer_driven or trainer_driven",
-            )
         for path, storage in _storages(section.get("buffer"), f"{prefix}buffer"):
             _selector_section(path, storage)
     _runner_num(out.get("explorer"), None)

@@ -39,6 +39,7 @@ class SynchronizerConfig:
         "fixed",
         "trainer_driven",
         "explorer_driven",
+        "fully_async",
         "dynamic",
         "dynamic_by_trainer",
         "dynamic_by_explorer",
@@ -48,8 +49,10 @@ class SynchronizerConfig:
         "trainer_driven (or dynamic): the trainer publishes every sync_interval steps and each "
         "explore step takes the newest version without waiting; explorer_driven: every "
         "sync_interval explore steps the explorer asks for the trainer's current weights and "
-        "waits for them (at most sync_timeout); dynamic_by_trainer / dynamic_by_explorer: "
-        "Trinity-RFT's older names of trainer_driven / explorer_driven",
+        "waits for them (at most sync_timeout); fully_async: the explorer never waits, keeps "
+        "explorer.max_inflight_batches batches rolling out and takes each published version "
+        "between model calls; dynamic_by_trainer / dynamic_by_explorer: Trinity-RFT's older "
+        "names of trainer_driven / explorer_driven",
     )
 
 
