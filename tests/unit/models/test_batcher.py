@@ -57,3 +57,17 @@ def test_call_errors_reach_the_caller_and_the_worker_survives(batcher):
     batcher.close()
     with pytest.raises(RuntimeError, match="closed"):
         batcher.call(lambda: None)
+
+
+def test_an_item_cancelled_while_it_waits_is_left_out_of_its_batch(batcher, seen):
+    # a call holds the worker, so the items wait in the queue meanwhile
+    running, release = threading.Event(), threading.Event()
+    holder = threading.Thread(target=batcher.call, args=(lambda: running.set() or release.wait(),))
+    holder.start()
+    running.wait()
+    kept, dropped = batcher.submit(1), batcher.submit(2)
+    assert dropped.cancel()
+    release.set()
+    holder.join()
+    assert kept.result() == 10
+    assert [entry[1] for entry in seen if entry[0] == "batch"] == [[1]]
