@@ -90,7 +90,7 @@ BUILTIN_NAMES: dict[str, frozenset[str]] = {
         }
     ),
     "task operator": frozenset({"data_juicer", "dedupe", "value_filter"}),
-    "monitor": frozenset({"console", "jsonl", "mlflow", "tensorboard", "wandb"}),
+    "monitor": frozenset({"console", "jsonl", "mlflow", "swanlab", "tensorboard", "wandb"}),
 }
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+$")
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")  # trinity/trainer/checkpoint.py's layout

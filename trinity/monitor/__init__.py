@@ -5,7 +5,14 @@ the Ray timeline (``timeline``) and the reader of the per-actor log files (``log
 package registers the built-in backends. The metric names are listed in docs/metrics.md.
 """
 
-from trinity.monitor import console, jsonl, mlflow, tensorboard, wandb  # noqa: F401 (registers backends)
+from trinity.monitor import (  # noqa: F401 (registers backends)
+    console,
+    jsonl,
+    mlflow,
+    swanlab,
+    tensorboard,
+    wandb,
+)
 from trinity.monitor.base import Monitor, MonitorGroup, RunInfo
 from trinity.monitor.registry import MONITORS, make_monitor
 

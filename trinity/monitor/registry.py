@@ -1,6 +1,7 @@
 """Monitor backends by ``monitor.monitor_type`` name, and the factory the modules call.
 
-Built-in names: ``tensorboard``, ``console``, ``wandb``, ``mlflow`` and ``jsonl``. The
+Built-in names: ``tensorboard``, ``console``, ``wandb``, ``mlflow``, ``swanlab`` and
+``jsonl``. The
 ``jsonl`` file is written for every run whatever the chosen type, because plots and run
 summaries read it (see ``trinity.monitor.plots``).
 """

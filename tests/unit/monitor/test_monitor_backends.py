@@ -117,9 +117,9 @@ def test_unknown_type_and_role_fail_with_the_valid_choices(tmp_path):
         build(tmp_path, role="critic")
 
 
-@pytest.mark.parametrize("library", ["wandb", "mlflow"])
+@pytest.mark.parametrize("library", ["wandb", "mlflow", "swanlab"])
 def test_missing_optional_library_names_the_install_command(tmp_path, monkeypatch, library):
-    # the test extra installs both: make their imports fail as if they were not installed
+    # the test extra installs them: make their imports fail as if they were not installed
     # (a None entry in sys.modules, for the package and any submodule imported already)
     for name in [n for n in sys.modules if n.startswith(library + ".")] + [library]:
         monkeypatch.setitem(sys.modules, name, None)

@@ -62,11 +62,14 @@ class MonitorConfig:
 
     monitor_type: str = setting(
         "tensorboard",
-        "tensorboard, wandb, mlflow, console, a name a plugin registers, or several "
+        "tensorboard, wandb, mlflow, swanlab, console, a name a plugin registers, or several "
         "comma-separated (tensorboard,console)",
     )
     monitor_args: dict[str, Any] = setting(
-        {}, "arguments of the monitor (wandb: base_url, api_key; mlflow: uri, username, password)"
+        {},
+        "arguments of the monitor (wandb: base_url, api_key; mlflow: uri, username, password; "
+        "swanlab: mode, logdir, api_key, workspace, experiment_name, description, tags, id, "
+        "resume)",
     )
     enable_ray_timeline: bool = setting(
         False, "write a Chrome-trace timeline.json of Ray tasks to the monitor directory"
