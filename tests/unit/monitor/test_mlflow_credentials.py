@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import base64
 import importlib.util
-import json
 import os
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from http_testing import json_server
 
 from trinity.monitor import RunInfo
 
@@ -42,38 +40,20 @@ def tracking_server(tmp_path: Path):
     seen: list[tuple[str, str | None]] = []
     info = _run_info(tmp_path / "artifacts")
 
-    class Handler(BaseHTTPRequestHandler):
-        def _answer(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            self.rfile.read(length)
-            seen.append((self.path.split("?")[0], self.headers.get("Authorization")))
-            status, body = 200, {}
-            if "experiments/get-by-name" in self.path:
-                status, body = 404, {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "none"}
-            elif "experiments/create" in self.path:
-                body = {"experiment_id": "1"}
-            elif "runs/create" in self.path:
-                body = {"run": {"info": info, "data": {}}}
-            elif "runs/update" in self.path:
-                body = {"run_info": {**info, "status": "FINISHED"}}
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def answer(path: str, headers, body) -> tuple[int, dict]:
+        seen.append((path.split("?")[0], headers.get("Authorization")))
+        if "experiments/get-by-name" in path:
+            return 404, {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "none"}
+        if "experiments/create" in path:
+            return 200, {"experiment_id": "1"}
+        if "runs/create" in path:
+            return 200, {"run": {"info": info, "data": {}}}
+        if "runs/update" in path:
+            return 200, {"run_info": {**info, "status": "FINISHED"}}
+        return 200, {}
 
-        do_GET = do_POST = _answer
-
-        def log_message(self, *args) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", seen
-    server.shutdown()
-    server.server_close()
+    with json_server(answer) as url:
+        yield url, seen
 
 
 def test_credentials_reach_the_server_and_leave_the_environment_alone(
