@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from trinity.config.colocate import check_colocated_gpus
 from trinity.config.errors import ConfigError
 from trinity.config.schema import Config
 from trinity.config.trainer_ranks import trainer_layout
@@ -122,6 +123,8 @@ def device_plan(cfg: Config, *, on_gpu: bool = True) -> DevicePlan:
     """The device plan of a resolved ``cfg``; ``on_gpu``: the cluster has GPUs (False:
     the cpu plan whatever ``cluster.gpu_per_node`` says). Raises ``ConfigError``."""
     nodes, per_node = cfg.cluster.node_num, cfg.cluster.gpu_per_node
+    if cfg.cluster.colocate:
+        check_colocated_gpus(nodes, per_node)
     if per_node == 0 or not on_gpu:
         return DevicePlan("cpu", nodes, per_node)
     total = nodes * per_node

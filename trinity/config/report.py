@@ -10,6 +10,7 @@ import math
 import os
 from collections.abc import Sequence
 
+from trinity.config.colocate import colocate_line
 from trinity.config.device_plan import COLOCATED_SHARE, device_plan
 from trinity.config.loader import to_yaml
 from trinity.config.no_effect import describe
@@ -39,6 +40,8 @@ def dry_run_report(
         lines += _explore_lines(cfg)
     lines += _train_lines(cfg, ranks) if cfg.mode in ("both", "train") else []
     lines += ["", "# Resources"]
+    if cfg.cluster.colocate:
+        lines.append(colocate_line(on_gpu=not on_cpu))
     lines += _cpu_lines(cfg, ranks, cpus or os.cpu_count() or 1) if on_cpu else _gpu_lines(cfg)
     if cfg.stages:
         lines += ["", "# Stages (run in order)"] + _stage_lines(cfg)

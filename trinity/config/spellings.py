@@ -3,6 +3,11 @@
 - ``task_selector`` as a section (v0.6's spelling: ``selector_type``, ``seed``,
   ``feature_keys``, ``kwargs``) is the ``data_selector`` section here, where
   ``task_selector`` is the plain order name; a storage giving both sections fails.
+- ``mode: colocate`` is mode both with ``cluster.colocate`` (``trinity.config.colocate``).
+- parts upstream has and this project does not: ``synchronizer.sync_method: hccl``
+  (weights over Huawei Ascend NPUs), the engines ``sglang`` and ``tinker``,
+  ``trainer.trainer_type: tinker`` and the ``model.tinker`` section (the Tinker
+  service) fail naming the key and what to write instead, never read as a built-in part.
 - ``explorer.runner_num`` (the older spelling) counts workflow runners over all rollout
   engines; ``explorer.runner_per_model`` counts them per engine. Without a
   ``runner_per_model`` beside it, ``runner_per_model = ceil(runner_num /
@@ -19,6 +24,7 @@ import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from trinity.config.colocate import colocate_spelling
 from trinity.config.errors import ConfigError
 
 
@@ -28,6 +34,7 @@ def upstream_spellings(data: Any) -> Any:
     if not isinstance(data, Mapping):
         return data
     out = copy.deepcopy(dict(data))
+    colocate_spelling(out)
     sections = [("", out)]
     stages = out.get("stages")
     stages = stages if isinstance(stages, list) else []
@@ -35,6 +42,7 @@ def upstream_spellings(data: Any) -> Any:
         if isinstance(stage, dict):
             sections.append((f"stages[{index}].", stage))
     for prefix, section in sections:
+        _parts_not_here(prefix, section)
         for path, storage in _storages(section.get("buffer"), f"{prefix}buffer"):
             _selector_section(path, storage)
     _runner_num(out.get("explorer"), None)
@@ -42,6 +50,62 @@ def upstream_spellings(data: Any) -> Any:
         if isinstance(stage, dict):
             _runner_num(stage.get("explorer"), out.get("explorer"))
     return out
+
+
+_TINKER = "the Tinker service (LoRA training and sampling through Tinker's API)"
+_ENGINES = "use transformers, the built-in engine (vllm and vllm_async name it too)"
+# (section, key, value) -> (what it is upstream, what to write instead)
+NOT_HERE = {
+    ("synchronizer", "sync_method", "hccl"): (
+        "is Trinity-RFT's weight sync over Huawei Ascend NPUs (HCCL); this project runs on "
+        "CUDA GPUs or the CPU",
+        "use nccl (gloo without CUDA), memory or checkpoint",
+    ),
+    ("rollout_model", "engine_type", "sglang"): (
+        "is the SGLang inference engine, which is not built in here",
+        _ENGINES,
+    ),
+    ("rollout_model", "engine_type", "tinker"): (
+        f"is the engine of {_TINKER}, which this project does not talk to",
+        _ENGINES,
+    ),
+    ("trainer", "trainer_type", "tinker"): (
+        f"is the trainer of {_TINKER}, which this project does not talk to",
+        "use torch, the built-in trainer (verl names it too)",
+    ),
+}
+
+
+def _parts_not_here(prefix: str, section: Mapping[str, Any]) -> None:
+    """Refuse what names a part upstream has and this project does not (see NOT_HERE)."""
+    places: list[tuple[str, str, Any]] = [
+        (f"{prefix}synchronizer", "synchronizer", section.get("synchronizer")),
+        (f"{prefix}trainer", "trainer", section.get("trainer")),
+    ]
+    explorer = section.get("explorer")
+    if isinstance(explorer, Mapping):
+        places.append(
+            (f"{prefix}explorer.rollout_model", "rollout_model", explorer.get("rollout_model"))
+        )
+        auxiliary = explorer.get("auxiliary_models")
+        for i, model in enumerate(auxiliary if isinstance(auxiliary, list) else []):
+            places.append((f"{prefix}explorer.auxiliary_models[{i}]", "rollout_model", model))
+    for path, kind, part in places:
+        if not isinstance(part, Mapping):
+            continue
+        for (owner, key, value), (problem, valid) in NOT_HERE.items():
+            if owner == kind and part.get(key) == value:
+                raise ConfigError(f"{path}.{key}", problem, value=value, valid=valid)
+    model = section.get("model")
+    if isinstance(model, Mapping) and "tinker" in model:
+        raise ConfigError(
+            f"{prefix}model.tinker",
+            f"is the section of {_TINKER} (enable: true switches engine and trainer to it), "
+            "which this project does not talk to",
+            value=model["tinker"],
+            valid="remove model.tinker: the built-in engine and trainer train LoRA adapters from "
+            "model.lora_configs",
+        )
 
 
 def runners_per_engine(runner_num: int, engine_num: int) -> int:

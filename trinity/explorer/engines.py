@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from trinity.config import Config, InferenceModelConfig
@@ -301,6 +302,24 @@ class RolloutEngines:
     def close(self) -> None:
         for engine in self.engines:
             engine.close()
+
+
+class MemoryHandover:
+    """mode colocate: the explorer's engines give their KV memory up while the trainer on
+    the same GPU steps (:meth:`release`, after a step's rollouts) and take it again
+    before the next rollouts (:meth:`retake`). Only engines in this process: a colocated
+    run has no other."""
+
+    def __init__(self, engines: Sequence[TransformersEngine | EngineClient]) -> None:
+        self.engines = [e for e in engines if isinstance(e, TransformersEngine)]
+
+    def release(self) -> None:
+        for engine in self.engines:
+            engine.release_memory()
+
+    def retake(self) -> None:
+        for engine in self.engines:
+            engine.retake_memory()
 
 
 class ModelReplicas:

@@ -124,6 +124,12 @@ class ExplorerRole:
         initial = self.weights.initial_adapter()  # LoRA continuing a saved adapter
         if initial is not None:
             self.explorer.load_weights(initial, 0)
+        # mode colocate: the engines' KV memory is the trainer's while it steps
+        self.handover = None
+        if config.cluster.colocate:
+            from trinity.explorer.engines import MemoryHandover
+
+            self.handover = MemoryHandover(self.explorer.engines.engines)
 
     def run(self, total_steps: int, start_step: int = 0) -> dict[str, Any]:
         cfg = self.config
@@ -161,6 +167,8 @@ class ExplorerRole:
             self._take(self.weights.before_step(step, self.explorer.model_version))
             waited = time.perf_counter() - start
             release_free_memory()  # what loading the new weights freed
+            if self.handover is not None:
+                self.handover.retake()
             # evaluate the weights trained by step - 1, before exploring with them
             if step - 1 > start_step and (step - 1) % self.config.explorer.eval_interval == 0:
                 self._evaluate(step - 1, evals)
@@ -173,6 +181,8 @@ class ExplorerRole:
                 return step - 1
             experiences, metrics = produced
             metrics["time/wait_weights"] = waited
+            if self.handover is not None:  # the trainer steps on these experiences now
+                self.handover.release()
             self._hand_on(step, experiences, metrics, self.explorer.state_dict())
         return step
 

@@ -72,6 +72,7 @@ def run_stage(
     import ray
 
     from trinity.config.algorithm_defaults import trains_on_dataset
+    from trinity.config.colocate import colocate_line
     from trinity.launch.actor_start import deferred_start_errors
     from trinity.launch.buffer_actor import BufferActor
     from trinity.launch.cluster import connect, torch_work_overlaps
@@ -128,6 +129,8 @@ def run_stage(
     devices = check_cluster(config, plan)
     if devices is not None:
         print(f"[trinity] {devices}", file=sys.stderr)
+    if config.cluster.colocate:
+        print(f"[trinity] {colocate_line(on_gpu=plan.kind != 'cpu')}", file=sys.stderr)
     # sync_method memory on one node: the weights travel through one shared-memory file
     hand_on = export_final and kept is not None  # another stage follows
     kept = kept if kept is not None else StageActors()

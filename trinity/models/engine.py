@@ -151,6 +151,9 @@ class TransformersEngine:
         # bytes one decode batch's KV cache may take (CUDA only; None: unbounded)
         self.kv_budget: int | None = None
         self.max_batch_size = max_batch_size
+        # mode colocate: the KV memory is given up while a trainer on the GPU steps
+        self.memory_released = False
+        self.memory_events: list[tuple[str, int]] = []  # ("release" | "retake", version)
         self.model_version = 0
         self.num_batches = 0  # decode batches run so far
         self._generator = torch.Generator().manual_seed(seed)
@@ -315,6 +318,37 @@ class TransformersEngine:
 
         self._batcher.call(swap)
 
+    def release_memory(self) -> None:
+        """Give up the KV memory for a trainer on the same GPU (mode colocate): no decode
+        batch is alive between requests, so on CUDA the allocator's cached blocks go back
+        to the device and the budget is 0 until :meth:`retake_memory` (a request that
+        comes first retakes it). The weights stay."""
+        self._batcher.call(self._release)
+
+    def retake_memory(self) -> None:
+        """Take the KV memory again before rollouts: the budget from what is free now."""
+        self._batcher.call(self._retake)
+
+    def _release(self) -> None:
+        if self.memory_released:
+            return
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        self.kv_budget = 0
+        self.memory_released = True
+        self.memory_events.append(("release", self.model_version))
+
+    def _retake(self) -> None:
+        if not self.memory_released:
+            return
+        self.kv_budget = None
+        if self.device.type == "cuda":
+            _, total = torch.cuda.mem_get_info(self.device)
+            used = torch.cuda.memory_allocated(self.device)
+            self.kv_budget = kv_cache_budget(self.gpu_memory_utilization, total, used)
+        self.memory_released = False
+        self.memory_events.append(("retake", self.model_version))
+
     def run_in_worker(self, fn: Callable[[], Any]) -> Any:
         """Run ``fn()`` on the engine's worker thread, between decode batches.
 
@@ -341,6 +375,7 @@ class TransformersEngine:
             torch.set_num_threads(self.num_threads)
 
     def _run_requests(self, requests: list[_Request]) -> list[list[list[Sample]]]:
+        self._retake()
         with torch.inference_mode():
             return self._generate_batch(requests)
 

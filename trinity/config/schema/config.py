@@ -51,7 +51,8 @@ class Config:
     mode: Mode = setting(
         "both",
         "both (explore and train), train, explore, bench (evaluate checkpoints), or serve "
-        "(the rollout model on the OpenAI API; rewarded calls go to the experience buffer)",
+        "(the rollout model on the OpenAI API; rewarded calls go to the experience buffer); "
+        "Trinity-RFT's colocate is read as both with cluster.colocate",
     )
     checkpoint_root_dir: str = setting(
         "./checkpoints", "root of <project>/<name>/ holding checkpoints, logs and buffers"

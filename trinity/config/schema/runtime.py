@@ -20,6 +20,11 @@ class ClusterConfig:
     ray_address: str = setting(
         "auto", "Ray cluster to join; auto or empty: join a running one, else start a local one"
     )
+    colocate: bool = setting(
+        False,
+        "explorer and trainer share one GPU, the rollout engine freeing its KV cache while "
+        "the trainer steps (mode: colocate sets it and runs as mode both)",
+    )
 
 
 @dataclass
