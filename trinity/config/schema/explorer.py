@@ -18,7 +18,8 @@ class InferenceModelConfig:
     model_path: str = setting("", "weights to serve; empty for the rollout model: model.model_path")
     engine_type: EngineType = setting(
         "transformers",
-        "inference engine; vllm and vllm_async (Trinity-RFT's names) mean the built-in one too",
+        "inference engine; vllm and vllm_async (Trinity-RFT's names) mean the built-in one too; "
+        "Trinity-RFT's sglang and tinker are not here and fail validation",
     )
     engine_num: int = setting(1, "number of engine replicas")
     tensor_parallel_size: int = setting(1, "devices per engine replica")

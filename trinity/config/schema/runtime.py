@@ -35,7 +35,8 @@ class SynchronizerConfig:
         None,
         "nccl (torch.distributed broadcast from the trainer to every rollout engine; gloo "
         "without CUDA), memory (one shared-memory file when the run is on one node, else "
-        "Ray's object store) or checkpoint (files); unset: nccl in mode both, else checkpoint",
+        "Ray's object store) or checkpoint (files); unset: nccl in mode both, else checkpoint; "
+        "Trinity-RFT's hccl (Ascend NPUs) is not here and fails validation",
     )
     sync_interval: int = setting(1, "train steps between weight synchronizations")
     sync_offset: int = setting(0, "explore steps the explorer may run ahead before training starts")
