@@ -28,6 +28,7 @@ import torch  # noqa: E402
 # share a machine sized for one, and a run started while another test's `ray start` head
 # is up would join that head. Entries are node-id prefixes: a file, or file::test.
 SERIAL = (
+    "e2e/test_agentscope_run.py",
     "e2e/test_algorithms.py::test_ppo_through_the_cli",
     "e2e/test_async_sync.py::test_async_run_reports_the_staleness_of_its_schedule",
     "e2e/test_async_sync.py::test_split_explore_and_train_processes",
@@ -62,6 +63,7 @@ SERIAL = (
 # that the group is handed out right after the first (xdist hands out the groups with the
 # most tests first).
 SERIAL_SECOND = (
+    "e2e/test_agentscope_run.py",
     "e2e/test_judge_run.py",
     "e2e/test_resume.py",
     "unit/test_plugins.py",

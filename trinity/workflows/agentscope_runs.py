@@ -47,7 +47,9 @@ def chat_model(model: ModelWrapper, task: Task | None = None) -> Any:
 
     client = model.get_openai_async_client()
     sampling = rollout_args(task) if task is not None else {}
-    generate = {k: sampling[k] for k in ("temperature", "top_p", "top_k") if k in sampling}
+    generate: dict[str, Any] = {k: sampling[k] for k in ("temperature", "top_p") if k in sampling}
+    if "top_k" in sampling:  # not an OpenAI argument: the client sends it in the body as is
+        generate["extra_body"] = {"top_k": sampling["top_k"]}
     max_tokens = sampling.get("max_tokens") or model.max_response_tokens
     if max_tokens:
         generate["max_tokens"] = int(max_tokens)

@@ -45,6 +45,7 @@ def test_adapter_records_every_call_of_the_users_agent(agent_pool, log_dir) -> N
         ROW,
         repeat_times=2,
         workflow_args={"workflow_func": "test_agentscope_workflows.legacy_agent"},
+        rollout_args={"temperature": 1.0, "top_k": 50, "max_tokens": 8},
     )
     exps = run_task(agent_pool, task, log_dir)
     assert [(e.eid.run, e.eid.step) for e in exps] == [(0, 0), (0, 1), (1, 0), (1, 1)]
