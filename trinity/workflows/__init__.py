@@ -7,7 +7,9 @@ tools), ``tool_call_workflow`` = ``toolcall_workflow`` (ToolACE function calls),
 ones (``llm_judge_workflow``, ``math_rm_workflow``, ``math_ruler_workflow``,
 ``math_trainable_ruler_workflow``, ``rubric_judge_workflow``, ``rubric_judge_openai_workflow``),
 ``simple_workflow``, ``math_eval_workflow``, ``thinking_budget_workflow``,
-``sudoku_workflow`` and the on-policy distillation workflows; see docs/workflows.md.
+``sudoku_workflow``, the on-policy distillation workflows and the AgentScope agents
+(``agentscope_workflow_adapter``, ``agentscope_react_math_workflow``, ...); see
+docs/workflows.md.
 """
 
 from trinity.workflows import agentscope_adapter as _agentscope_adapter  # noqa: F401
