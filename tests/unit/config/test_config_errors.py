@@ -193,6 +193,11 @@ BAD_CONFIGS = {
         "explorer.rollout_model.gpu_memory_utilization",
         "(0, 1]",
     ),
+    "an OpenAI queue of no rows": (
+        setting("explorer.rollout_model.openai_api_max_queued_rows", 0),
+        "explorer.rollout_model.openai_api_max_queued_rows",
+        "must be >= 1",
+    ),
     "mix without expert data": (
         setting("algorithm.algorithm_type", "mix"),
         "buffer.trainer_input.auxiliary_buffers",
