@@ -10,5 +10,6 @@
 - ``cpu_linear``: prepacked bf16 linear layers that speed up CPU decoding
 - ``wrapper``: ``ModelWrapper``, chat/generate calls that return ``Experience`` objects
 - ``server``: the OpenAI-compatible API (``openai_requests``: request bodies and
-  errors; ``openai_completions``: the replies; ``openai_stream``, ``openai_tools``)
+  errors; ``openai_admission``: body size, token budget and queue bound;
+  ``openai_completions``: the replies; ``openai_stream``, ``openai_tools``)
 """
