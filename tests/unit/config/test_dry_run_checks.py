@@ -5,8 +5,10 @@ engine whose context is shorter than the prompt and response it must hold."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -60,12 +62,18 @@ def validate_failure(data: dict[str, Any]) -> ConfigError:
 def test_a_root_under_a_regular_file_stops_the_dry_run(
     data: dict[str, Any], tmp_path: Path
 ) -> None:
-    (tmp_path / "notes.txt").write_text("a file, not a directory")
-    data["checkpoint_root_dir"] = str(tmp_path / "notes.txt" / "ckpt")
-    line = the_error_line(dry_run(tmp_path, data))
+    # a short directory: the error line shortens a long path in its middle, and the
+    # path of pytest's tmp_path under xdist is long enough for that
+    short = Path(tempfile.mkdtemp(prefix="ck", dir="/tmp"))
+    try:
+        (short / "notes.txt").write_text("a file, not a directory")
+        data["checkpoint_root_dir"] = str(short / "notes.txt" / "ckpt")
+        line = the_error_line(dry_run(tmp_path, data))
+    finally:
+        shutil.rmtree(short)
     assert line.startswith("checkpoint_root_dir: cannot be created"), line
-    assert f"{tmp_path / 'notes.txt'} is not a directory" in line
-    assert f"(given: '{tmp_path / 'notes.txt' / 'ckpt'}')" in line
+    assert f"{short / 'notes.txt'} is not a directory" in line
+    assert f"(given: '{short / 'notes.txt' / 'ckpt'}')" in line
 
 
 def test_a_root_that_is_a_file_or_holds_the_project_as_a_file_fails(
