@@ -13,7 +13,8 @@ file turns them off: ``server.enableCORS`` (the app's websocket opens only from 
 page's own origin), ``server.enableXsrfProtection`` (an upload needs the session's
 token) and, on a loopback address, ``server.allowedHosts`` (the websocket opens only for
 a Host header naming localhost, 127.0.0.1 or [::1], so a page that rebinds its own name
-to 127.0.0.1 cannot drive the app; Streamlit releases that lack the option skip it).
+to 127.0.0.1 cannot drive the app; with a Streamlit release that lacks the option,
+before 1.61, the command leaves it out and says so).
 Streamlit still serves its static page and ``/_stcore/health`` to any Host; the form and
 its values travel only over the websocket.
 """
@@ -38,7 +39,7 @@ def studio_command(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> list[s
     """The ``streamlit run`` command line of the Studio."""
     hosts = allowed_hosts(host)
     host_check: list[str] = []
-    if hosts is not None and _streamlit_knows("server.allowedHosts"):
+    if hosts is not None and streamlit_knows("server.allowedHosts"):
         for name in hosts:
             host_check += ["--server.allowedHosts", name]
     return [
@@ -69,7 +70,7 @@ def studio_command(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> list[s
     ]
 
 
-def _streamlit_knows(option: str) -> bool:
+def streamlit_knows(option: str) -> bool:
     """Whether the installed Streamlit has config ``option`` (read from its source:
     importing Streamlit takes seconds, and ``streamlit run`` refuses an unknown flag)."""
     spec = importlib.util.find_spec("streamlit")
@@ -92,6 +93,13 @@ def _cmd_studio(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
+    if allowed_hosts(args.host) is not None and not streamlit_knows("server.allowedHosts"):
+        print(
+            "[trinity] this Streamlit has no server.allowedHosts, so the Studio's websocket "
+            "does not check the Host header: upgrade Streamlit (1.61 or later) for that check",
+            file=sys.stderr,
+            flush=True,
+        )
     command = studio_command(args.host, args.port)
     os.execv(command[0], command)
     return 0  # not reached: execv does not return
