@@ -96,6 +96,8 @@ def _number(page, key: str, value: int) -> None:
 
 def _choose(page, key: str, option: str) -> None:
     page.get_by_role("combobox", name=key, exact=True).click()
+    # the list renders only the options in view; typing filters it down to the one wanted
+    page.keyboard.type(option)
     page.get_by_role("option", name=option, exact=True).click()
     _settle(page)
 

@@ -52,6 +52,9 @@ QUESTION_FILTER = {"text_length_filter": {"min_len": 4, "text_key": "question", 
 TOKEN_ENV = "TRINITY_DATA_JUICER_TOKEN"
 TOKEN = secrets.token_urlsafe(16)
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+# a recipe's first request loads its operators (seconds; more on a busy machine), past
+# httpx's default of 5 s
+REQUEST_TIMEOUT = 120
 # a lambda that writes the id of the service's user into the file {}
 RUN_ID = "lambda s: __import__('os').system('id > {}') or s"
 
@@ -204,6 +207,7 @@ def test_a_recipe_the_service_cannot_load_is_a_400_with_the_reason(server_url: s
         f"{server_url}/process",
         headers=AUTH,
         json={"process": [{"no_such_op": {}}], "rows": [{"text": "x"}]},
+        timeout=REQUEST_TIMEOUT,
     )
     assert response.status_code == 400
     assert "no_such_op" in response.json()["detail"]
@@ -215,6 +219,7 @@ def _post(url: str, process: list, headers: dict | None = None) -> httpx.Respons
         f"{url}/process",
         headers=AUTH if headers is None else headers,
         json={"process": process, "rows": rows},
+        timeout=REQUEST_TIMEOUT,
     )
 
 
