@@ -32,6 +32,7 @@ from trinity.types import Experience
 
 if TYPE_CHECKING:
     from trinity.models.wrapper import ModelWrapper
+    from trinity.workflows.envs import TextEnv
 
 
 class TemplateMismatchError(ValueError):
@@ -121,6 +122,23 @@ class Conversation:
         self.messages.append({"role": "assistant", "content": text})
         self.turns += 1
         return text
+
+    async def play(self, env: TextEnv, max_turns: int, **rollout_args: Any) -> bool:
+        """Alternate sampled replies with ``env``'s observations until the environment is
+        done, ``max_turns`` replies were sampled, or no room is left; returns whether the
+        environment ended the episode."""
+        while self.turns < max_turns:
+            reply = await self.sample(**rollout_args)
+            if reply is None:
+                return False
+            step = env.step(reply)
+            if step.done:
+                return True
+            if self.turns == max_turns or not self.add(
+                {"role": "user", "content": step.observation}
+            ):
+                return False
+        return False
 
     def add(self, *messages: dict[str, Any]) -> bool:
         """Append environment / tool / user messages after the last assistant turn.

@@ -239,15 +239,7 @@ class FrozenLakeWorkflow(Workflow):
             {"role": "user", "content": env.reset()},
         ]
         conv = Conversation(self.model, messages)
-        while conv.turns < env.max_steps:
-            reply = await conv.sample(**rollout_args(self.task))
-            if reply is None:
-                break
-            step = env.step(reply)
-            if step.done or conv.turns == env.max_steps:
-                break
-            if not conv.add({"role": "user", "content": step.observation}):
-                break
+        await conv.play(env, env.max_steps, **rollout_args(self.task))
         exp = conv.to_experience()
         set_reward(exp, env.rewards(), "frozen lake")
         exp.info.update({"env_steps": env.steps, "env_done": env.done})

@@ -51,17 +51,7 @@ class EnvWorkflow(Workflow):
         messages = [{"role": "system", "content": str(system)}] if system else []
         messages.append({"role": "user", "content": env.reset()})
         conv = Conversation(self.model, messages)
-        done = False
-        for _ in range(max_turns):
-            reply = await conv.sample(**rollout_args(self.task))
-            if reply is None:
-                break
-            step = env.step(reply)
-            done = step.done
-            if done or conv.turns == max_turns:
-                break
-            if not conv.add({"role": "user", "content": step.observation}):
-                break
+        done = await conv.play(env, max_turns, **rollout_args(self.task))
         exp = conv.to_experience()
         exp.info["env_done"] = done
         set_reward(exp, env.rewards(), f"environment '{type(env).__name__}'")
