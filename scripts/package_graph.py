@@ -248,11 +248,38 @@ def _annotation_names_config(node: ast.expr | None) -> bool:
     )
 
 
+def _takes_config(fn: ast.FunctionDef | ast.AsyncFunctionDef, imports_config: bool) -> bool:
+    args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
+    for arg in args:
+        if _annotation_names_config(arg.annotation):
+            return True
+        if arg.annotation is None and arg.arg in ("config", "cfg") and imports_config:
+            return True
+    return False
+
+
+def _receivers_in(node: ast.AST, prefix: str, imports_config: bool) -> list[str]:
+    names: list[str] = []
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.ClassDef):
+            for c in child.body:
+                if isinstance(c, (ast.FunctionDef, ast.AsyncFunctionDef)) and _takes_config(
+                    c, imports_config
+                ):
+                    name = child.name if c.name == "__init__" else f"{child.name}.{c.name}"
+                    names.append(prefix + name)
+        elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if _takes_config(child, imports_config):
+                names.append(prefix + child.name)
+            names += _receivers_in(child, f"{prefix}{child.name}.", imports_config)
+    return names
+
+
 def config_receivers(modules: dict[str, Module]) -> dict[str, list[str]]:
     """Module -> its functions and classes that receive the whole ``Config``: a
     parameter annotated ``Config`` (also ``Config | None``, ``"Config"``), or an
     unannotated ``config``/``cfg`` parameter in a module that imports ``Config``.
-    A class counts once, through its ``__init__``."""
+    A class counts once, through its ``__init__``; its other methods count each."""
     found: dict[str, list[str]] = {}
     for mod in modules.values():
         tree = ast.parse(mod.path.read_text())
@@ -260,43 +287,7 @@ def config_receivers(modules: dict[str, Module]) -> dict[str, list[str]]:
             isinstance(n, ast.ImportFrom) and any(a.name == "Config" for a in n.names)
             for n in ast.walk(tree)
         )
-        names: list[str] = []
-
-        def takes_config(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-            args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
-            for arg in args:
-                if _annotation_names_config(arg.annotation):
-                    return True
-                if arg.annotation is None and arg.arg in ("config", "cfg") and imports_config:
-                    return True
-            return False
-
-        def visit(node: ast.AST, prefix: str) -> None:
-            for child in ast.iter_child_nodes(node):
-                if isinstance(child, ast.ClassDef):
-                    init = next(
-                        (
-                            c
-                            for c in child.body
-                            if isinstance(c, ast.FunctionDef) and c.name == "__init__"
-                        ),
-                        None,
-                    )
-                    if init is not None and takes_config(init):
-                        names.append(prefix + child.name)
-                    for c in child.body:
-                        if (
-                            isinstance(c, (ast.FunctionDef, ast.AsyncFunctionDef))
-                            and c.name != "__init__"
-                        ):
-                            if takes_config(c):
-                                names.append(f"{prefix}{child.name}.{c.name}")
-                elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    if takes_config(child):
-                        names.append(prefix + child.name)
-                    visit(child, f"{prefix}{child.name}.")
-
-        visit(tree, "")
+        names = _receivers_in(tree, "", imports_config)
         if names:
             found[mod.name] = names
     return found
@@ -369,8 +360,9 @@ def report(modules: dict[str, Module]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 on a cycle or upward edge")
+    parser.add_argument("--root", type=Path, default=ROOT, help="the trinity/ folder to read")
     args = parser.parse_args(argv)
-    modules = load_modules()
+    modules = load_modules(args.root.resolve())
     print(report(modules))
     if args.check:
         edges = package_edges(modules)
