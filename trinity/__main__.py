@@ -1,3 +1,5 @@
+"""`python -m trinity`: the `trinity` command."""
+
 import sys
 
 from trinity.cli.main import main

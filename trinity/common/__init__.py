@@ -1,0 +1,1 @@
+"""Import paths named by the user docs; re-exports only."""

@@ -1,0 +1,1 @@
+"""`trinity run`: stages, Ray actors, resume, progress and summary."""

@@ -1,0 +1,1 @@
+"""Weights from the trainer to the rollout engines."""

@@ -1,0 +1,1 @@
+"""Turning experiences into policy (and critic) updates, checkpoints and exports."""

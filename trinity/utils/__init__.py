@@ -1,0 +1,1 @@
+"""Small process-level helpers shared by every package."""

@@ -1,0 +1,29 @@
+"""docs/modules.md and the README's counts are generated and must match the code."""
+
+from trinity.project_docs import (
+    MODULES_DOC,
+    README,
+    REGENERATE,
+    missing_docstrings,
+    render_modules,
+    with_counts,
+)
+
+
+def test_every_module_has_a_docstring() -> None:
+    assert missing_docstrings() == [], "give each module a one-line docstring first"
+
+
+def test_module_index_is_up_to_date() -> None:
+    assert MODULES_DOC.read_text(encoding="utf-8") == render_modules(), f"regenerate: {REGENERATE}"
+
+
+def test_readme_counts_are_up_to_date() -> None:
+    readme = README.read_text(encoding="utf-8")
+    assert readme == with_counts(readme), f"regenerate: {REGENERATE}"
+
+
+def test_the_counts_name_every_mode_and_a_registered_workflow() -> None:
+    block = with_counts(README.read_text(encoding="utf-8"))
+    for name in ("`serve`", "`bench`", "`grpo`", "`math_workflow`", "`math_reward`"):
+        assert name in block, name
