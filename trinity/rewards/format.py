@@ -12,24 +12,10 @@ block) with the reference, as maths when both sides parse as maths, else as text
 
 from __future__ import annotations
 
-import re
-
+from trinity.rewards.math import equivalent, reference_answer
 from trinity.rewards.registry import REWARD_FNS
+from trinity.rewards.tags import has_think_answer_format, tagged_answer
 from trinity.rewards.verifier import DEFAULT_TIMEOUT_S
-
-_THINK_ANSWER = re.compile(r"^\s*<think>.*?</think>\s*<answer>.*?</answer>\s*$", re.DOTALL)
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-
-
-def has_think_answer_format(response: str) -> bool:
-    """True for exactly ``<think>...</think>`` then ``<answer>...</answer>`` and nothing else."""
-    return bool(_THINK_ANSWER.match(response))
-
-
-def tagged_answer(response: str) -> str | None:
-    """The content of the last ``<answer>...</answer>`` block, or None."""
-    blocks = _ANSWER.findall(response)
-    return blocks[-1].strip() if blocks else None
 
 
 def normalize_text(text: str) -> str:
@@ -53,8 +39,6 @@ def accuracy_reward(
     Equal means the same normalized text, or the same value by math-verify (at most
     ``verify_timeout`` seconds, see :mod:`trinity.rewards.verifier`).
     """
-    from trinity.rewards.math import equivalent, reference_answer
-
     answer = tagged_answer(response)
     if answer is None:
         answer = response.strip()

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import re
 
-from trinity.rewards.format import has_think_answer_format
 from trinity.rewards.registry import REWARD_FNS
+from trinity.rewards.tags import has_think_answer_format
 from trinity.rewards.verifier import DEFAULT_TIMEOUT_S, default_verifier
 
 _GSM8K_ANSWER = re.compile(r"####\s*(.+?)\s*$", re.DOTALL)
