@@ -32,6 +32,8 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trinity.cli.command import EXIT_CONFIG_ERROR, load_external_libs, load_plugins
+
 if TYPE_CHECKING:
     from trinity.config import Config, InferenceModelConfig
     from trinity.models.wrapper import ModelWrapper
@@ -83,16 +85,15 @@ def add_debug_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_debug(args: argparse.Namespace) -> int:
-    from trinity.cli.main import EXIT_CONFIG_ERROR, _load_external_libs, _load_plugins
     from trinity.config import ConfigError, load_config
 
-    _load_plugins(args.plugin_dir)
+    load_plugins(args.plugin_dir)
     try:
         config = load_config(args.config, args.overrides)
     except (ConfigError, FileNotFoundError) as err:
         print(f"trinity: config error: {err}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
-    _load_external_libs(config)
+    load_external_libs(config)
     if args.num_tasks < 1:
         print(f"trinity: --num-tasks must be at least 1, got {args.num_tasks}", file=sys.stderr)
         return EXIT_CONFIG_ERROR

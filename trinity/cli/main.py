@@ -17,31 +17,16 @@ import argparse
 import logging
 import sys
 
-EXIT_CONFIG_ERROR = 2
-EXIT_INTERRUPTED = 130  # as a shell reports a process ended by SIGINT
-
-
-def _load_plugins(plugin_dirs: list[str]) -> None:
-    """Import every module directly inside the named directories (registers their parts).
-
-    The run's actors import the same directories again in their own processes.
-    """
-    from trinity.launch.run import PluginError, load_plugins
-
-    try:
-        load_plugins(plugin_dirs)
-    except PluginError as err:
-        raise SystemExit(f"trinity: {err}") from None
-
-
-def _load_external_libs(config) -> None:
-    """Import ``model.external_lib`` (before the names the run looks up are checked)."""
-    from trinity.launch.run import PluginError, load_external_libs
-
-    try:
-        load_external_libs(config)
-    except PluginError as err:
-        raise SystemExit(f"trinity: config error: {err}") from None
+from trinity.cli.command import (
+    EXIT_CONFIG_ERROR,
+    EXIT_INTERRUPTED,
+    load_external_libs,
+    load_plugins,
+)
+from trinity.cli.debug import add_debug_parser
+from trinity.cli.log import add_log_parser
+from trinity.cli.studio import add_studio_parser
+from trinity.cli.view import add_view_parser
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -52,10 +37,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from trinity.config.lookups import check_lookups
     from trinity.config.no_effect import describe, set_without_effect
 
-    _load_plugins(args.plugin_dir)
+    load_plugins(args.plugin_dir)
     try:
         config = load_config(args.config, args.overrides)
-        _load_external_libs(config)
+        load_external_libs(config)
         # the names and data paths the run will look up, on this machine, with the plugins
         check_lookups(config)
         # what the file and overrides set, before resolve fills in the rest
@@ -157,11 +142,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="base model whose config.json and tokenizer to use when a checkpoint lacks them",
     )
     convert.set_defaults(func=_cmd_convert)
-
-    from trinity.cli.debug import add_debug_parser
-    from trinity.cli.log import add_log_parser
-    from trinity.cli.studio import add_studio_parser
-    from trinity.cli.view import add_view_parser
 
     add_debug_parser(sub)
     add_studio_parser(sub)
