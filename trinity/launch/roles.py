@@ -10,6 +10,11 @@ trainer runs alone and publishes nothing. sft and dpo read their dataset directl
 instead of the buffer (``trinity.trainer.train_input``). Each actor first imports the
 run's ``--plugin-dir`` modules, so the parts they register exist in its process too.
 
+The step bodies are ``trinity.loop``'s (``hand_on``: pipeline and buffer; ``train``: a
+batch and an update), the loop a newcomer reads first; these classes add what a
+distributed run needs around them: the sync schedule and transports, steps in flight,
+evaluation, monitors, checkpoints and resume.
+
 With ``sync_interval`` i and ``sync_offset`` o, before explore step s the explorer needs
 policy version ``((s - 1 - o) // i) * i`` (the newest version the trainer publishes
 without waiting for experiences the explorer has not produced yet). With i = 1 and
@@ -28,7 +33,9 @@ from typing import Any
 
 import ray
 
+from trinity import loop
 from trinity.config import Config
+from trinity.explorer.rollout_clock import RolloutClock
 from trinity.launch.plugins import load_external_libs, load_plugins
 from trinity.launch.resume import (
     derived_explorer_state,
@@ -104,15 +111,7 @@ class ExplorerRole:
         self.explorer = Explorer(
             config, model_dir=model_dir, log_dir=self.job_dir / "log", logger=self.logger
         )
-        from trinity.pipeline import ExperiencePipeline
-
-        pipe = config.data_processor.experience_pipeline
-        save_path = (
-            pipe.input_save_path or self.job_dir / "buffer" / "experience_pipeline_input.jsonl"
-        )
-        self.pipeline = ExperiencePipeline(
-            pipe.operators, save_path if pipe.save_input else None, config.service.data_juicer
-        )
+        self.pipeline = loop.experience_pipeline(config, self.job_dir)
         self.weights = weights.WeightReceiver(
             config,
             self.job_dir,
@@ -124,6 +123,7 @@ class ExplorerRole:
         initial = self.weights.initial_adapter()  # LoRA continuing a saved adapter
         if initial is not None:
             self.explorer.load_weights(initial, 0)
+        self.clock = RolloutClock()  # what held the rollouts up, per step
         # mode colocate: the engines' KV memory is the trainer's while it steps
         self.handover = None
         if config.cluster.colocate:
@@ -175,12 +175,13 @@ class ExplorerRole:
             self.logger.info(
                 "explore step %d begins (policy version %d)", step, self.explorer.model_version
             )
-            produced = self.explorer.explore_step(step)
+            produced = self._roll_out(step)
             if produced is None:
                 self.logger.info("taskset exhausted before step %d", step)
                 return step - 1
             experiences, metrics = produced
-            metrics["time/wait_weights"] = waited
+            metrics.update(self.clock.step_metrics(step))
+            metrics["time/wait_weights"] += waited
             if self.handover is not None:  # the trainer steps on these experiences now
                 self.handover.release()
             self._hand_on(step, experiences, metrics, self.explorer.state_dict())
@@ -221,9 +222,7 @@ class ExplorerRole:
                         len(inflight),
                     )
                     lane = (step - 1) % lanes
-                    inflight.append(
-                        (step, pool.submit(self.explorer.explore_step, step, tasks, lane), state)
-                    )
+                    inflight.append((step, pool.submit(self._roll_out, step, tasks, lane), state))
                 while inflight:
                     done = self._hand_on_oldest(inflight)
         finally:
@@ -234,28 +233,33 @@ class ExplorerRole:
     def _hand_on_oldest(self, inflight: deque[tuple[int, Future, dict[str, Any]]]) -> int:
         step, future, state = inflight.popleft()
         experiences, metrics = future.result()
-        metrics["time/wait_weights"] = 0.0  # the watcher's thread loads them
+        # no wait before the step: only the installs (by the watcher's thread) while it rolled out
+        metrics.update(self.clock.step_metrics(step))
         self._hand_on(step, experiences, metrics, state)
         return step
+
+    def _roll_out(self, step: int, *lane_args: Any) -> tuple[list, dict[str, float]] | None:
+        """``explore_step`` timed by the rollout clock (``time/wait_weights``, ``time/explorer_idle``)."""
+        with self.clock.rolling(step):
+            return self.explorer.explore_step(step, *lane_args)
 
     def _hand_on(
         self, step: int, experiences: list, metrics: dict[str, float], state: dict[str, Any]
     ) -> None:
-        """Explore step ``step``'s experiences through the pipeline into the buffer, with
-        its metrics; ``state`` is the explorer's state after it, recorded first."""
-        metrics["rollout/staleness"] = float(
-            weights.staleness(step, int(metrics["rollout/model_version"]))
-        )
+        """Explore step ``step``'s experiences through the pipeline into the buffer
+        (``trinity.loop.hand_on``), with its metrics; ``state`` is the explorer's state
+        after it, recorded first."""
         # recorded before the trainer can see this step, so a checkpoint of step N always
         # finds the explorer's state after step N
         save_explorer_state(self.job_dir, step, state)
-        experiences, pipeline_metrics = self.pipeline.process(experiences)
-        metrics.update(pipeline_metrics)
-        ray.get(self.buffer.put.remote(experiences))
+        loop.hand_on(step, experiences, metrics, self.pipeline, self._put)
         self.monitor.log(metrics, step)
         ray.get(self.sync.report.remote("explorer", step, metrics))
         self.logger.info("explore step %d ends: %s", step, _brief(metrics))
         release_free_memory()
+
+    def _put(self, experiences: list) -> None:
+        ray.get(self.buffer.put.remote(experiences))
 
     def _resume(self, step: int) -> None:
         """Continue after ``step``: its taskset position and (mode both) its checkpoint."""
@@ -283,7 +287,8 @@ class ExplorerRole:
         got, state_dict = fetched
         try:
             if state_dict is not None:  # None: a broadcast already loaded every engine
-                self.explorer.load_weights(state_dict, got)
+                with self.clock.installing():
+                    self.explorer.load_weights(state_dict, got)
         finally:
             self.weights.release()  # the slot's version is copied: it may be overwritten
         self.logger.info(
@@ -404,20 +409,16 @@ class TrainerRole:
         weights.set_trainer_status(self.job_dir, "running")
         try:
             for step in range(start_step + 1, total_steps + 1):
-                experiences = self.input.next_batch(model_version=self.trainer.global_step)
-                if not experiences:
+                trained = loop.train(self.trainer, self.input, step)
+                if trained is None:
                     self.logger.info("the trainer's input ended before step %d", step)
                     step -= 1
                     break
-                self.logger.info("train step %d begins with %d experiences", step, len(experiences))
-                metrics = self.trainer.train_step(experiences)
+                _, metrics = trained
                 # nothing of the step is alive now: unless kept, its freed tensors go back
                 # to the OS before the weights are published (the explorer grows while it
                 # loads them); the next step faults its pages in again (utils/memory.py)
                 self.heap.after_step()
-                lags = [weights.staleness(step, e.model_version) for e in experiences]
-                metrics["trainer/staleness/mean"] = sum(lags) / len(lags)
-                metrics["trainer/staleness/max"] = float(max(lags))
                 self.monitor.log(metrics, step)
                 ray.get(self.sync.report.remote("trainer", step, metrics))
                 self.logger.info("train step %d ends: %s", step, _brief(metrics))
