@@ -2,8 +2,8 @@
 
     python -m trinity.project_docs
 
-writes ``docs/modules.md`` (every package and module of ``trinity/`` with the first line
-of its docstring, read with ``ast`` so nothing is imported) and the block between
+writes ``docs/modules.md`` (every package and module of ``trinity/`` with the summary of
+its docstring, read with ``ast`` so nothing is imported) and the block between
 ``<!-- counts:start -->`` and ``<!-- counts:end -->`` in ``README.md`` (the modes,
 algorithm types, workflows, reward functions and monitors, from the schema and the
 registries). Tests check that both files equal what this module writes.
@@ -28,7 +28,7 @@ REGENERATE = "python -m trinity.project_docs"
 
 MODULES_HEADER = f"""# Modules
 
-Every package and module of `trinity/`, with the first line of its docstring. Generated
+Every package and module of `trinity/`, with the summary of its docstring. Generated
 by `{REGENERATE}`; a test checks that this file is up to date, so change
 a module's docstring, not this page. How the pieces work together: docs/architecture.md.
 """
@@ -39,11 +39,12 @@ class MissingDocstringError(ValueError):
 
 
 def first_line(path: Path) -> str:
-    """The first line of the module docstring of ``path``."""
+    """The summary of the module docstring of ``path``: its first paragraph, on one line
+    (a summary wrapped over two lines is still one sentence)."""
     doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
     if not doc or not doc.strip():
         raise MissingDocstringError(f"{path.relative_to(ROOT)} has no module docstring")
-    return doc.strip().splitlines()[0].strip()
+    return " ".join(line.strip() for line in doc.strip().split("\n\n")[0].splitlines())
 
 
 def missing_docstrings() -> list[str]:

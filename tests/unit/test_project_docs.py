@@ -1,4 +1,6 @@
-"""docs/modules.md and the README's counts are generated and must match the code."""
+"""docs/modules.md and the README's counts are generated and must match the code; docs/architecture.md names what exists."""
+
+import re
 
 from trinity.project_docs import (
     MODULES_DOC,
@@ -27,3 +29,14 @@ def test_the_counts_name_every_mode_and_a_registered_workflow() -> None:
     block = with_counts(README.read_text(encoding="utf-8"))
     for name in ("`serve`", "`bench`", "`grpo`", "`math_workflow`", "`math_reward`"):
         assert name in block, name
+
+
+def test_architecture_names_every_package_and_only_modules_that_exist() -> None:
+    text = (MODULES_DOC.parent / "architecture.md").read_text(encoding="utf-8")
+    package_dir = MODULES_DOC.parents[1] / "trinity"
+    packages = sorted(p.parent.name for p in package_dir.glob("*/__init__.py"))
+    listed = set(re.findall(r"^- `(\w+)/`", text, re.MULTILINE))
+    assert listed == set(packages), "docs/architecture.md ## Packages: one line per package"
+    named = set(re.findall(r"`((?:\w+/)+\w+\.py)", text))
+    missing = sorted(path for path in named if not (package_dir / path).is_file())
+    assert not missing, f"docs/architecture.md names modules that do not exist: {missing}"

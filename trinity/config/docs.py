@@ -23,7 +23,11 @@ items as `[]`. Defaults marked *derived* are computed by the resolve step (see
 `docs/architecture.md`). `trinity run --config FILE --dry-run` prints a config with
 every value resolved. Keys whose meaning starts with *no effect here* are accepted for
 compatibility with configs written for veRL and vLLM and do nothing in this project
-(`trinity/config/no_effect.py`); `trinity run` lists those a config sets.
+(`trinity/config/no_effect.py`); `trinity run` lists those a config sets. Beyond the
+schema, `trinity run` and `--dry-run` check what the run will look up on this machine
+(`trinity/config/lookups.py`): every workflow, reward-function, operator and monitor
+name, every dataset path the mode reads, and that the job directory can be made; a miss
+fails in one line naming the key, the value and what is valid.
 """
 
 

@@ -14,6 +14,17 @@ stay in Ray's worker log files (``log_to_driver`` off); each actor's own log is
 ``<job_dir>/log/<actor>.log``. An actor's failure still reaches the terminal: ``ray.get``
 re-raises its exception with the traceback, and Ray's error messages (a worker that
 died) reach the driver whatever ``log_to_driver`` says.
+
+How OpenMP threads wait depends on whether the run's processes compute at the same time
+(:func:`torch_work_overlaps`). A synchronous run alternates explorer and trainer, so a
+Ray instance started here keeps libgomp's default: a thread that finished its share of
+an op spins briefly before it sleeps, and the next op starts without waking anyone.
+When the explorer may run ahead of the trainer, or several engines decode side by side,
+the workers get ``OMP_WAIT_POLICY=PASSIVE`` through the job's ``runtime_env`` (the
+driver's environment is unchanged): a thread spinning while its sibling is descheduled
+would hold every op until the scheduler comes back. Sleeping costs a wake-up per
+parallel op (on an idle 2-core VM the demo's steps took 2-3x longer: docs/benchmarks.md),
+hence the default. ``OMP_WAIT_POLICY`` set in the environment always wins.
 """
 
 from __future__ import annotations
