@@ -131,10 +131,7 @@ def distill(
     """The student's exact KL and JSD to the teacher on each explore step's rollouts."""
     from transformers import AutoModelForCausalLM
 
-    from trinity.buffer import make_experience_buffer
-    from trinity.explorer.explorer import Explorer
-    from trinity.trainer.train_input import TrainInput
-    from trinity.trainer.trainer import Trainer
+    from trinity import loop
 
     (root / "tasks").mkdir()
     (root / "tasks" / "train.jsonl").write_text(json.dumps({"prompt": PROMPT}) + "\n")
@@ -167,32 +164,32 @@ def distill(
     )
     teacher = AutoModelForCausalLM.from_pretrained(teacher_dir, dtype=torch.float32).eval()
     student = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    explorer = Explorer(cfg, model_dir=model_dir, log_dir=None)
-    trainer = Trainer(cfg, model_dir=model_dir, total_steps=STEPS - 1)
+    run = loop.build(cfg, total_steps=STEPS - 1, model_dir=model_dir)
     if flip:
-        trainer.advantage_fn = Flipped(trainer.advantage_fn)
-    buffer = make_experience_buffer(cfg.buffer.trainer_input.experience_buffer)
-    train_input = TrainInput(cfg, trainer.tokenizer, lambda n: buffer.get(n, timeout=0))
+        run.trainer.advantage_fn = Flipped(run.trainer.advantage_fn)
     divergences = []
+
+    def measure(experiences) -> None:
+        assert len(experiences) == TASKS * ROLLOUTS
+        assert all(e.teacher_logprobs is not None for e in experiences)
+        divergences.append(exact_divergences(student, teacher, experiences))
+
     try:
-        for step in range(1, STEPS + 1):
-            experiences, metrics = explorer.explore_step(step)
-            assert len(experiences) == TASKS * ROLLOUTS, metrics
-            assert all(e.teacher_logprobs is not None for e in experiences)
-            divergences.append(exact_divergences(student, teacher, experiences))
-            if step == STEPS:
-                break
-            buffer.put(experiences)
-            trainer.train_step(train_input.next_batch(trainer.global_step))
-            weights = trainer.weights_for_sync()
-            explorer.load_weights(weights, step)
+        # explore, put, train and load the new weights (trinity.loop.rl_step) ...
+        for step in range(1, STEPS):
+            result = loop.rl_step(run, step)
+            assert result is not None and result.train is not None, step
+            assert result.version == step
+            measure(result.experiences)  # sampled by the weights before the step
             missing, _ = student.load_state_dict(
-                {k: v.float() for k, v in weights.items()}, strict=False
+                {k: v.float() for k, v in run.trainer.weights_for_sync().items()}, strict=False
             )
             assert all("lm_head" in k for k in missing), missing  # tied to the embedding
+        # ... then explore once more with the last weights
+        experiences, _ = run.explorer.explore_step(STEPS)
+        measure(experiences)
     finally:
-        explorer.close()
-        buffer.close()
+        loop.close(run)
     return divergences
 
 

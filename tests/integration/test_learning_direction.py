@@ -239,9 +239,7 @@ def learn(
     wrapped in :class:`FlippedAdvantage`, or for a type that trains on each group's best
     rollouts (raft) the explorer keeps the worst instead (:func:`keep_worst_of_group`).
     """
-    from trinity.buffer import make_experience_buffer
-    from trinity.trainer.train_input import TrainInput
-    from trinity.trainer.trainer import Trainer
+    from trinity import loop
 
     # mix and mix_chord: their expert rows, where make_config points the auxiliary buffer
     if ALGORITHM_DEFAULTS[algorithm_type].sample_strategy == "mix":
@@ -251,31 +249,31 @@ def learn(
         (root / "sft").mkdir()
         (root / "sft" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     cfg = type_config(model_dir, root, algorithm_type, total_steps=STEPS)
-    trainer = Trainer(cfg, model_dir=model_dir, total_steps=STEPS - 1)
+    explorer = rollouts.explorer
+    run = loop.build(cfg, total_steps=STEPS - 1, model_dir=model_dir, explorer=explorer)
     if flip is not None and ALGORITHM_DEFAULTS[algorithm_type].best_of_group:
         flip.setattr("trinity.explorer.explorer.keep_best_of_group", keep_worst_of_group)
     elif flip is not None:
-        trainer.advantage_fn = FlippedAdvantage(trainer.advantage_fn)
-    explorer = rollouts.explorer
+        run.trainer.advantage_fn = FlippedAdvantage(run.trainer.advantage_fn)
     # the type's own explorer behaviour: raft's best-of-group selection, dapo's dynamic
     # sampling (the shared explorer was built with grpo's config)
     explorer.config.algorithm = cfg.algorithm
     explorer.load_weights(rollouts.initial_weights, 0)
-    buffer = make_experience_buffer(cfg.buffer.trainer_input.experience_buffer)
-    train_input = TrainInput(cfg, trainer.tokenizer, lambda n: buffer.get(n, timeout=0))
     rewards = []
     try:
-        for step in range(1, STEPS + 1):
-            experiences, metrics = explorer.explore_step(step)
-            assert len(experiences) == TASKS * ROLLOUTS, metrics
-            rewards.append(metrics["rollout/reward/mean"])
-            if step == STEPS:
-                break
-            buffer.put(experiences)
-            trainer.train_step(train_input.next_batch(trainer.global_step))
-            explorer.load_weights(trainer.weights_for_sync(), step)
+        # explore, put, train and load the new weights (trinity.loop.rl_step) ...
+        for step in range(1, STEPS):
+            result = loop.rl_step(run, step)
+            assert result is not None and result.train is not None, step
+            assert len(result.experiences) == TASKS * ROLLOUTS, result.explore
+            assert result.version == step
+            rewards.append(result.explore["rollout/reward/mean"])
+        # ... then explore once more with the last weights
+        experiences, metrics = explorer.explore_step(STEPS)
+        assert len(experiences) == TASKS * ROLLOUTS, metrics
+        rewards.append(metrics["rollout/reward/mean"])
     finally:
-        buffer.close()
+        loop.close(run, keep_explorer=True)
     return rewards
 
 
