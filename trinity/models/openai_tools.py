@@ -20,11 +20,16 @@ guarantees: a reply without a call comes back as plain content.
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from typing import Any
 
-_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+from trinity.models.hermes_tools import (
+    CALL_BLOCK,
+    parse_call,
+    template_renders_tools,
+    with_tool_instructions,
+    write_call,
+)
 
 
 def tool_prompt(
@@ -38,8 +43,6 @@ def tool_prompt(
     With a template that renders tools, both are returned unchanged; otherwise the
     instructions join the system prompt and earlier calls join their message's content.
     """
-    from trinity.workflows.tool_call import template_renders_tools, with_tool_instructions
-
     if template_renders_tools(tokenizer, tools, template_args):
         return messages, tools
     return with_tool_instructions([_calls_as_text(m) for m in messages], tools), None
@@ -61,8 +64,7 @@ def _calls_as_text(message: dict[str, Any]) -> dict[str, Any]:
                 arguments = json.loads(arguments) if arguments.strip() else {}
             except json.JSONDecodeError:
                 pass  # the model wrote it so; show it as it was
-        block = json.dumps({"name": function.get("name"), "arguments": arguments})
-        blocks.append(f"<tool_call>{block}</tool_call>")
+        blocks.append(write_call(function.get("name"), arguments))
     rest = {k: v for k, v in message.items() if k != "tool_calls"}
     rest["content"] = "\n".join([message["content"], *blocks] if message.get("content") else blocks)
     return rest
@@ -78,7 +80,7 @@ def split_tool_calls(
     calls: list[dict[str, Any]] = []
     kept: list[str] = []
     end = 0
-    for match in _BLOCK.finditer(text):
+    for match in CALL_BLOCK.finditer(text):
         call = _parse(match.group(1), allowed)
         if call is None:
             continue
@@ -91,24 +93,11 @@ def split_tool_calls(
 
 
 def _parse(block: str, allowed: set[str] | None) -> dict[str, Any] | None:
-    try:
-        data = json.loads(block.strip())
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("name"), str):
-        return None
-    if allowed is not None and data["name"] not in allowed:
-        return None
-    arguments = data.get("arguments", {})
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError:
-            return None
-    if not isinstance(arguments, dict):
+    call = parse_call(block)
+    if call.error or (allowed is not None and call.name not in allowed):
         return None
     return {
         "id": f"call_{uuid.uuid4().hex[:24]}",
         "type": "function",
-        "function": {"name": data["name"], "arguments": json.dumps(arguments)},
+        "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
     }

@@ -33,6 +33,7 @@ import re
 from typing import Any
 
 from trinity.config.agentscope_needs import SEARCH_VARIABLES
+from trinity.models.hermes_tools import ToolCall
 from trinity.rewards.registry import task_reward_fn
 from trinity.types import Experience
 from trinity.workflows.agentscope_runs import (
@@ -43,7 +44,7 @@ from trinity.workflows.agentscope_runs import (
 )
 from trinity.workflows.base import Workflow
 from trinity.workflows.registry import WORKFLOWS
-from trinity.workflows.tools import TOOLS, ToolCall, run_tool_call
+from trinity.workflows.tools import TOOLS, run_tool_call
 
 MATH_PROMPT = (
     "You are an agent specialized in solving math problems with tools. Please solve the "

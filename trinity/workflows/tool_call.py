@@ -19,48 +19,20 @@ policy's tokens. ``workflow_args.max_turns`` (default 4) bounds the replies.
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
+from trinity.models.hermes_tools import (
+    parse_tool_calls,
+    template_renders_tools,
+    with_tool_instructions,
+)
 from trinity.rewards.registry import task_reward_fn
 from trinity.types import Experience
 from trinity.workflows.base import Workflow
 from trinity.workflows.conversation import Conversation
 from trinity.workflows.registry import WORKFLOWS
 from trinity.workflows.single_turn import build_messages, rollout_args, score
-from trinity.workflows.tools import parse_tool_calls, run_tool_call, tool_specs
-
-TOOL_INSTRUCTIONS = (
-    "You can call these tools:\n<tools>\n{specs}\n</tools>\n"
-    'To call one, write <tool_call>{{"name": "<tool name>", "arguments": {{...}}}}</tool_call> '
-    "and wait for its result. When you know the answer, reply without a tool call."
-)
-
-
-def template_renders_tools(
-    tokenizer: Any, tools: list[dict[str, Any]], template_args: dict[str, Any] | None = None
-) -> bool:
-    """True when the tokenizer's chat template writes the tool specs into the prompt.
-
-    ``template_args`` are the variables the model's engine passes the template (e.g.
-    ``enable_thinking``; ``ModelWrapper.template_args``): the probe renders as the
-    workflow's prompts will.
-    """
-    probe = [{"role": "user", "content": "hi"}]
-    args = {**(template_args or {}), "tokenize": False, "add_generation_prompt": True}
-    plain = tokenizer.apply_chat_template(probe, **args)
-    with_tools = tokenizer.apply_chat_template(probe, tools=tools, **args)
-    return plain != with_tools
-
-
-def with_tool_instructions(
-    messages: list[dict[str, Any]], tools: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
-    """``messages`` with the tool specs and call syntax added to the system prompt."""
-    text = TOOL_INSTRUCTIONS.format(specs="\n".join(json.dumps(t) for t in tools))
-    if messages and messages[0]["role"] == "system":
-        return [{"role": "system", "content": f"{messages[0]['content']}\n\n{text}"}, *messages[1:]]
-    return [{"role": "system", "content": text}, *messages]
+from trinity.workflows.tools import run_tool_call, tool_specs
 
 
 @WORKFLOWS.register("multi_turn_tool_workflow")

@@ -27,10 +27,10 @@ workflow that runs registered tools is ``multi_turn_tool_workflow``.
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from typing import Any
 
+from trinity.models.hermes_tools import call_blocks
 from trinity.rewards.registry import task_reward_fn
 from trinity.types import Experience
 from trinity.workflows.base import Workflow
@@ -55,7 +55,6 @@ ROLES = {
     "tool": "tool",
     "function_call": "assistant",
 }
-_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
 
 
 def _json(value: Any, what: str) -> Any:
@@ -104,7 +103,7 @@ def toolcall_reward(response: str, truth: Any) -> dict[str, float]:
     {'accuracy': 1.0}
     """
     expected = _json(truth, "the expected calls ('answer')")
-    blocks = _TOOL_CALL.findall(response)
+    blocks = call_blocks(response)
     if not blocks:
         return {"accuracy": 0.0}
     try:

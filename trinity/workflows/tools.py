@@ -1,65 +1,25 @@
-"""Python tools a tool-call workflow can run, and the parsing of the model's calls.
+"""Python tools a tool-call workflow can run, by the calls the model writes.
 
 A tool is a registered function taking keyword arguments and returning text. The
-model calls one by writing ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``
-(the format of Hermes / Qwen chat templates); ``arguments`` may also be a JSON string.
+model's calls are parsed by :mod:`trinity.models.hermes_tools`.
 
+    >>> from trinity.models.hermes_tools import parse_tool_calls
     >>> [call] = parse_tool_calls(
     ...     '<tool_call>{"name": "calculator", "arguments": {"expression": "2*21"}}</tool_call>')
-    >>> call
-    ToolCall(name='calculator', arguments={'expression': '2*21'}, error=None)
     >>> run_tool_call(call)
     '42'
 """
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+from trinity.models.hermes_tools import ToolCall
 from trinity.rewards.expression import ExpressionError, evaluate
 from trinity.utils.registry import Registry, UnknownNameError
 
 TOOLS: Registry[Callable[..., str]] = Registry("tool")
-
-_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-
-
-@dataclass
-class ToolCall:
-    """One call found in a reply; ``error`` says why it cannot be run."""
-
-    name: str
-    arguments: dict[str, Any]
-    error: str | None = None
-
-
-def parse_tool_calls(text: str) -> list[ToolCall]:
-    """Every ``<tool_call>`` block of ``text`` in order; malformed ones carry an error."""
-    calls = []
-    for block in _CALL.findall(text):
-        try:
-            data = json.loads(block.strip())
-        except json.JSONDecodeError as exc:
-            calls.append(ToolCall("", {}, f"tool call is not valid JSON ({exc.msg})"))
-            continue
-        if not isinstance(data, dict) or not isinstance(data.get("name"), str):
-            calls.append(ToolCall("", {}, 'tool call must be {"name": ..., "arguments": {...}}'))
-            continue
-        arguments = data.get("arguments", {})
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments) if arguments.strip() else {}
-            except json.JSONDecodeError:
-                arguments = None
-        if not isinstance(arguments, dict):
-            calls.append(ToolCall(data["name"], {}, "tool call arguments must be a JSON object"))
-            continue
-        calls.append(ToolCall(data["name"], arguments))
-    return calls
 
 
 def run_tool_call(call: ToolCall, allowed: set[str] | None = None) -> str:

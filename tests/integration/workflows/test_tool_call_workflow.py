@@ -12,10 +12,14 @@ import pytest
 from workflow_testing import check_conversation, make_pool, make_task, run_task, teach
 
 from trinity.models.engine import TransformersEngine
+from trinity.models.hermes_tools import (
+    parse_tool_calls,
+    template_renders_tools,
+    with_tool_instructions,
+)
 from trinity.models.wrapper import ModelWrapper
 from trinity.rewards.math import math_reward
-from trinity.workflows.tool_call import template_renders_tools, with_tool_instructions
-from trinity.workflows.tools import CALCULATOR_SPEC, parse_tool_calls
+from trinity.workflows.tools import CALCULATOR_SPEC
 
 QUESTION = "What is 6 * 7? Use the calculator."
 CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "6 * 7"}}</tool_call>'

@@ -13,11 +13,12 @@ import asyncio
 import pytest
 
 from trinity.models.engine import TransformersEngine, render_chat
+from trinity.models.hermes_tools import template_renders_tools
 from trinity.models.history import merge_conversations
 from trinity.models.wrapper import ModelWrapper
 from trinity.types import Task
 from trinity.workflows.conversation import Conversation
-from trinity.workflows.tool_call import ToolCallWorkflow, template_renders_tools
+from trinity.workflows.tool_call import ToolCallWorkflow
 from trinity.workflows.tools import CALCULATOR_SPEC
 
 # what follows every assistant header: nothing / an open think block / an empty one

@@ -2,13 +2,8 @@
 
 import pytest
 
-from trinity.workflows.tools import (
-    CALCULATOR_SPEC,
-    ToolCall,
-    parse_tool_calls,
-    run_tool_call,
-    tool_specs,
-)
+from trinity.models.hermes_tools import ToolCall, parse_tool_calls
+from trinity.workflows.tools import CALCULATOR_SPEC, run_tool_call, tool_specs
 
 CALC = "calculator"
 
