@@ -21,6 +21,11 @@ batch whose rows would need more (rows x (prompt + max new tokens) x bytes per t
 split into several decode batches (a single prompt's ``n`` rows are never split). With an
 explorer and a trainer on one GPU the fraction is the engine's share of it.
 
+On CUDA a Llama-family model decodes by continuous batching over a static KV cache
+(:mod:`trinity.models.continuous_batching`: slots freed by finished rows are refilled
+between steps, each step a CUDA graph captured once per bucket); the CPU keeps the
+decode loop above. ``decode`` (or ``TRINITY_DECODE``) picks either path on either device.
+
     engine = TransformersEngine("SmolLM2-135M-Instruct")
     prompt = engine.apply_chat_template([{"role": "user", "content": "2+3?"}])
     [[sample]] = engine.generate([prompt], SamplingParams(max_tokens=32))
@@ -39,6 +44,7 @@ from transformers import AutoModelForCausalLM
 
 from trinity.models.batcher import RequestBatcher
 from trinity.models.chat import chat_template_args, load_tokenizer, render_chat
+from trinity.models.continuous_batching import ContinuousDecoder, decode_mode, row_generators
 from trinity.models.cpu_linear import pack_linears, packing_supported, repack
 from trinity.models.decoding import DecodeEntry, DecodeModel, decode_entries
 from trinity.models.fast_decode import LlamaDecoder
@@ -46,6 +52,7 @@ from trinity.models.overrides import model_config
 from trinity.models.resolve import resolve_model_path
 from trinity.models.sampling import Sample, SamplingParams
 from trinity.models.scoring import score_responses, top_logprobs
+from trinity.models.step_graphs import cuda_graph_capture, eager
 
 # importable from here as before
 __all__ = [
@@ -117,6 +124,10 @@ class TransformersEngine:
             device ("cuda", "cuda:0"; see the module docstring).
         gpu_memory_utilization: on CUDA, the fraction of the device's memory the engine
             may fill (weights and KV cache); ignored on the CPU.
+        decode: "static" (continuous batching over a static KV cache) or "reference"
+            (the decode loop of :mod:`trinity.models.decoding`); None: ``$TRINITY_DECODE``
+            where set, else static on CUDA and reference on the CPU (see
+            :func:`trinity.models.continuous_batching.decode_mode`).
     """
 
     def __init__(
@@ -135,6 +146,7 @@ class TransformersEngine:
         override_config: Mapping[str, Any] | None = None,
         device: str | torch.device = "cpu",
         gpu_memory_utilization: float = 0.9,
+        decode: str | None = None,
     ) -> None:
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
@@ -148,6 +160,7 @@ class TransformersEngine:
         self.dtype = dtype
         self.device = torch.device(device)
         self.gpu_memory_utilization = gpu_memory_utilization
+        self._decode_requested = decode
         # bytes one decode batch's KV cache may take (CUDA only; None: unbounded)
         self.kv_budget: int | None = None
         self.max_batch_size = max_batch_size
@@ -215,6 +228,15 @@ class TransformersEngine:
             used = torch.cuda.memory_allocated(self.device)
             self.kv_budget = kv_cache_budget(self.gpu_memory_utilization, total, used)
             self._kv_token_bytes = kv_bytes_per_token(self.model.config, _DTYPES[dtype])
+        self.decode_mode = decode_mode(self._decode_requested, self.device, self._fast)
+        self._continuous: ContinuousDecoder | None = None
+        if self.decode_mode == "static":
+            self._continuous = ContinuousDecoder(
+                self._fast,  # type: ignore[arg-type]  # decode_mode: static needs it
+                self.max_batch_size,
+                cuda_graph_capture() if self.device.type == "cuda" else eager,
+                self._slots_within_budget if self.device.type == "cuda" else None,
+            )
         self.eos_token_ids = self._eos_token_ids()
         self.pad_token_id = self._pad_token_id()
 
@@ -332,6 +354,8 @@ class TransformersEngine:
     def _release(self) -> None:
         if self.memory_released:
             return
+        if self._continuous is not None:
+            self._continuous.release()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
         self.kv_budget = 0
@@ -380,6 +404,8 @@ class TransformersEngine:
             return self._generate_batch(requests)
 
     def _generate_batch(self, requests: list[_Request]) -> list[list[list[Sample]]]:
+        if self._continuous is not None:
+            return self._generate_continuous(requests)
         entries: list[DecodeEntry] = []
         for index, request in enumerate(requests):
             seed = request.params.seed
@@ -397,6 +423,41 @@ class TransformersEngine:
             for entry, samples in zip(chunk, self._decode(chunk), strict=True):
                 results[entry.request].append(samples)
         return results
+
+    def _generate_continuous(self, requests: list[_Request]) -> list[list[list[Sample]]]:
+        """Every request's rows through the continuous decoder at once (rows beyond its
+        slots wait for a free one); each row samples from its own generator."""
+        entries: list[DecodeEntry] = []
+        generators: list[list[torch.Generator]] = []
+        for index, request in enumerate(requests):
+            if request.cancelled():
+                continue
+            params = request.params
+            rows = row_generators(params.seed, params.n * len(request.prompts), self._generator)
+            for j, prompt in enumerate(request.prompts):
+                entries.append(DecodeEntry(prompt, params, rows[0], index, request.cancelled))
+                generators.append(rows[j * params.n : (j + 1) * params.n])
+        results: list[list[list[Sample]]] = [[] for _ in requests]
+        if not entries:
+            return results
+        self.num_batches += 1
+        samples = self._continuous.decode(  # type: ignore[union-attr]
+            entries,
+            generators,
+            self.max_model_len,
+            self.pad_token_id,
+            self.eos_token_ids,
+            self.model_version,
+        )
+        for entry, group in zip(entries, samples, strict=True):
+            results[entry.request].append(group)
+        return results
+
+    def _slots_within_budget(self, capacity: int) -> int:
+        """Slots of ``capacity`` columns whose KV cache fits ``kv_budget`` (CUDA)."""
+        if self.kv_budget is None or not self._kv_token_bytes:
+            return self.max_batch_size
+        return self.kv_budget // (capacity * self._kv_token_bytes)
 
     def _row_chunks(self, entries: list[DecodeEntry]) -> list[list[DecodeEntry]]:
         """Split entries into decode batches of at most max_batch_size sequences (and on

@@ -1,0 +1,302 @@
+"""Continuous batching over a static KV cache: the rollout engine's decode path on CUDA.
+
+The rows of a batch of requests (each prompt's ``n`` samples) queue for the slots of a
+:class:`~trinity.models.slot_cache.SlotCache`. Between decode steps, waiting rows take
+the slots that finished rows freed (their prompts prefilled together, their first token
+sampled), so a long row holds one slot, not the whole batch. Each decode step is the
+slot cache's step for the bucket of slots in use and columns reached, captured once per
+bucket key (:class:`~trinity.models.step_graphs.StepGraphs`: CUDA graphs on a GPU) and
+replayed; sampling and the stop checks stay on the device, and the host reads the slots'
+state every ``SYNC_EVERY`` steps at most (fewer when every live row's budget ends
+sooner). When the queue is empty, live rows in high slots move down so the step's
+bucket shrinks with them.
+
+Each row draws its uniform numbers from a generator of its own (:func:`row_generators`),
+so a row's samples do not depend on which rows share its steps: the first row of a
+request with a ``seed`` draws from ``torch.Generator().manual_seed(seed)``, as the
+reference path (:mod:`trinity.models.decoding`) draws a one-row request's, and its other
+rows from seeds drawn from that seed. Greedy rows and one-row seeded requests give the
+reference path's tokens, and its logprobs up to float rounding (rows are batched
+differently).
+
+Which path the engine takes: :func:`decode_mode`, ``TRINITY_DECODE=static`` or
+``reference`` in the environment to choose.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+
+from trinity.models.decoding import DecodeEntry, stop_ids
+from trinity.models.device_sampler import filter_width
+from trinity.models.fast_decode import LlamaDecoder
+from trinity.models.sampling import Sample, SamplingParams
+from trinity.models.slot_cache import SlotCache, bucket, column_bucket
+from trinity.models.step_graphs import Capture, StepGraphs
+
+SYNC_EVERY = 8  # decode steps between two host reads of the slots' state, at most
+DECODE_MODES = ("static", "reference")
+_MIN_STOP_WIDTH = 8
+
+
+def decode_mode(requested: str | None, device: torch.device, fast: LlamaDecoder | None) -> str:
+    """ "static" (this module) or "reference" (:mod:`trinity.models.decoding`).
+
+    ``requested`` (or else ``$TRINITY_DECODE``) names one; unset, CUDA takes the static
+    path and the CPU the reference one. Models the fused decoder does not run (not
+    Llama-family) always take the reference path."""
+    chosen = requested or os.environ.get("TRINITY_DECODE") or None
+    if chosen is not None and chosen not in DECODE_MODES:
+        raise ValueError(f"TRINITY_DECODE must be one of {list(DECODE_MODES)}, got {chosen!r}")
+    if fast is None:
+        return "reference"
+    if chosen is None:
+        return "static" if device.type == "cuda" else "reference"
+    return chosen
+
+
+def row_generators(seed: int | None, rows: int, fallback: torch.Generator) -> list[torch.Generator]:
+    """One generator per row of a request: seeded, the first from ``seed`` itself and the
+    others from seeds drawn from it; unseeded, each from a seed drawn from ``fallback``
+    (the engine's generator)."""
+    if seed is None:
+        draws = torch.randint(0, 2**62, (rows,), generator=fallback).tolist()
+        return [torch.Generator().manual_seed(s) for s in draws]
+    parent = torch.Generator().manual_seed(seed)
+    draws = torch.randint(0, 2**62, (rows - 1,), generator=parent).tolist() if rows > 1 else []
+    return [torch.Generator().manual_seed(s) for s in [seed, *draws]]
+
+
+@dataclass
+class _Row:
+    entry: int  # index of its DecodeEntry
+    params: SamplingParams
+    generator: torch.Generator
+    stops: set[int]
+    budget: int  # most new tokens
+
+
+class ContinuousDecoder:
+    """The slot cache of one engine's fused decoder and its captured steps.
+
+    Args:
+        decoder: the engine's :class:`LlamaDecoder`.
+        max_slots: the most rows decoded at once (the engine's ``max_batch_size``).
+        capture: how steps are captured (:func:`~trinity.models.step_graphs.eager` on
+            the CPU, :func:`~trinity.models.step_graphs.cuda_graph_capture` on CUDA).
+        slot_limit: the most slots whose cache of ``capacity`` columns fits the memory
+            budget (None: ``max_slots``).
+        sync_every: steps between host reads, at most.
+    """
+
+    def __init__(
+        self,
+        decoder: LlamaDecoder,
+        max_slots: int,
+        capture: Capture,
+        slot_limit: Callable[[int], int] | None = None,
+        sync_every: int = SYNC_EVERY,
+    ) -> None:
+        self.decoder = decoder
+        self.max_slots = max_slots
+        self.slot_limit = slot_limit
+        self.sync_every = sync_every
+        self.cache: SlotCache | None = None
+        self.graphs = StepGraphs(capture, self._save, self._restore)
+        self.steps = 0  # decode steps run (replays)
+
+    def _save(self) -> object:
+        return self.cache.save()  # type: ignore[union-attr]
+
+    def _restore(self, saved: object) -> None:
+        self.cache.restore(saved)  # type: ignore[union-attr, arg-type]
+
+    def release(self) -> None:
+        """Drop the cache and the captured steps (a trainer takes the memory)."""
+        self.cache = None
+        self.graphs.clear()
+
+    def _cache_for(self, rows: list[_Row], columns: int, max_model_len: int) -> SlotCache:
+        """A cache for ``rows`` reaching ``columns``: the current one when it fits, else a
+        bigger one (sizes only grow, so a run that fit once never reallocates or
+        recaptures)."""
+        capacity = min(max_model_len, bucket(columns, max_model_len))
+        slots = bucket(len(rows), self.max_slots)
+        if self.slot_limit is not None:
+            slots = max(1, min(slots, self.slot_limit(capacity)))
+        stop_width = max(_MIN_STOP_WIDTH, bucket(max(len(r.stops) for r in rows), 2**31))
+        current = self.cache
+        if current is not None and current.fits(slots, capacity, stop_width, self.sync_every):
+            return current
+        if current is not None:
+            slots = max(slots, current.slots)
+            capacity = max(capacity, current.capacity)
+            stop_width = max(stop_width, current.stop_width)
+        self.release()  # the old cache's memory goes first
+        self.cache = SlotCache(self.decoder, slots, capacity, stop_width, self.sync_every)
+        return self.cache
+
+    def decode(
+        self,
+        entries: list[DecodeEntry],
+        generators: list[list[torch.Generator]],
+        max_model_len: int,
+        pad_token_id: int,
+        eos_token_ids: set[int],
+        model_version: int,
+    ) -> list[list[Sample]]:
+        """``n`` samples for each entry (``generators[i]``: one per row of entry i)."""
+        rows = [
+            _Row(
+                i,
+                e.params,
+                g,
+                stop_ids(e.params, eos_token_ids),
+                min(e.params.max_tokens or max_model_len, max_model_len - len(e.prompt)),
+            )
+            for i, e in enumerate(entries)
+            for g in generators[i]
+        ]
+        columns = max(len(entries[r.entry].prompt) + r.budget for r in rows)
+        cache = self._cache_for(rows, columns, max_model_len)
+        vocab = int(self.decoder.embed.size(0))
+        width = filter_width([r.params for r in rows], vocab)
+        bans = any(r.params.min_tokens > 0 and r.stops for r in rows)
+        results: list[Sample | None] = [None] * len(rows)
+        waiting = deque(range(len(rows)))
+        free = list(range(cache.slots))  # ascending: newcomers take the lowest slots
+        occupant: dict[int, int] = {}  # slot -> row
+        while waiting or occupant:
+            admitted = self._admit(
+                cache, entries, rows, waiting, free, occupant, width, pad_token_id
+            )
+            state = dict(zip(occupant, cache.read(list(occupant)), strict=True))
+            finished = [
+                s
+                for s, (live, *_) in state.items()
+                if not live or _cancelled(entries[rows[occupant[s]].entry])
+            ]
+            if finished:
+                counts = [state[s][2] for s in finished]
+                for slot, (tokens, logprobs) in zip(
+                    finished, cache.outputs(finished, counts), strict=True
+                ):
+                    reason = "stop" if state[slot][1] else "length"
+                    results[occupant.pop(slot)] = Sample(tokens, logprobs, reason, model_version)
+                cache.free(finished)
+                free = sorted(free + finished)
+            if waiting and free and (finished or admitted):
+                continue  # the freed slots take newcomers before the next step
+            if not occupant:
+                continue
+            if not waiting:
+                self._compact(cache, occupant, free, state)
+            live_rows = [(s, state[s]) for s in occupant]
+            steps = min(
+                self.sync_every,
+                max(rows[occupant[s]].budget - count for s, (_, _, count, _) in live_rows),
+            )
+            self._draw(cache, rows, occupant, steps)
+            top = max(occupant) + 1
+            columns = max(position for _, (_, _, _, position) in live_rows) + steps + 1
+            key = (bucket(top, cache.slots), column_bucket(columns, cache.capacity), width, bans)
+            step = partial(cache.step, *key)
+            for _ in range(steps):
+                self.graphs.run(key, step)
+                self.steps += 1
+        for i, result in enumerate(results):  # a cancelled row still waiting: no tokens
+            if result is None:
+                results[i] = Sample([], [], "length", model_version)
+        grouped: list[list[Sample]] = [[] for _ in entries]
+        for row, sample in zip(rows, results, strict=True):
+            grouped[row.entry].append(sample)  # type: ignore[arg-type]
+        return grouped
+
+    def _admit(
+        self,
+        cache: SlotCache,
+        entries: list[DecodeEntry],
+        rows: list[_Row],
+        waiting: deque[int],
+        free: list[int],
+        occupant: dict[int, int],
+        width: int | None,
+        pad_token_id: int,
+    ) -> bool:
+        """Prefill waiting rows into free slots; whether any came in."""
+        taken: list[tuple[int, int]] = []  # (slot, row)
+        while waiting and len(taken) < len(free):
+            row = waiting.popleft()
+            if not _cancelled(entries[rows[row].entry]):
+                taken.append((free[len(taken)], row))
+        if not taken:
+            return False
+        del free[: len(taken)]
+        prompt_index: dict[int, int] = {}
+        for _, row in taken:
+            prompt_index.setdefault(rows[row].entry, len(prompt_index))
+        prompts = [entries[e].prompt for e in prompt_index]
+        # the first token's draw, as the reference path draws it from the prefill
+        u = torch.tensor(
+            [
+                float(torch.rand(1, generator=rows[r].generator))
+                if rows[r].params.temperature > 0
+                else 0.0
+                for _, r in taken
+            ]
+        ).to(cache.device)
+        cache.admit(
+            [s for s, _ in taken],
+            prompts,
+            [prompt_index[rows[r].entry] for _, r in taken],
+            [rows[r].params for _, r in taken],
+            [rows[r].stops for _, r in taken],
+            [rows[r].budget for _, r in taken],
+            u,
+            width,
+            pad_token_id,
+        )
+        occupant.update(taken)
+        return True
+
+    def _draw(
+        self, cache: SlotCache, rows: list[_Row], occupant: dict[int, int], steps: int
+    ) -> None:
+        """Each sampling row's next ``steps`` uniform numbers into the cache's u_block."""
+        block = torch.zeros(cache.u_block.shape, dtype=torch.float32)
+        for slot, row in occupant.items():
+            if rows[row].params.temperature > 0:
+                block[slot, :steps] = torch.rand(steps, generator=rows[row].generator)
+        cache.u_block.copy_(block)
+        cache.step_index.zero_()
+
+    def _compact(
+        self,
+        cache: SlotCache,
+        occupant: dict[int, int],
+        free: list[int],
+        state: dict[int, tuple[bool, bool, int, int]],
+    ) -> None:
+        """Move rows of slots past the first ``len(occupant)`` into free slots below it,
+        when that makes the step's bucket smaller."""
+        count = len(occupant)
+        if bucket(count, cache.slots) >= bucket(max(occupant) + 1, cache.slots):
+            return
+        sources = sorted(s for s in occupant if s >= count)
+        targets = [s for s in free if s < count][: len(sources)]
+        columns = max(state[s][3] for s in sources) + 1
+        cache.move(sources, targets, columns)
+        for source, target in zip(sources, targets, strict=True):
+            occupant[target] = occupant.pop(source)
+            state[target] = state.pop(source)
+        free[:] = sorted(set(free) - set(targets) | set(sources))
+
+
+def _cancelled(entry: DecodeEntry) -> bool:
+    return entry.cancelled is not None and entry.cancelled()
