@@ -156,6 +156,24 @@ def tiny_model_dir(smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
     return out
 
 
+@pytest.fixture(scope="session")
+def tiny_qwen_vl_dir(smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer random Qwen2.5-VL (text hidden 64, vision depth 2) with its image
+    processor (56x56 images: 4 image tokens) and the SmolLM2 tokenizer plus image tokens."""
+    from vlm_testing import build_tiny_qwen2_5_vl
+
+    return build_tiny_qwen2_5_vl(smollm2_dir, tmp_path_factory.mktemp("tiny_qwen_vl"))
+
+
+@pytest.fixture(scope="session")
+def tiny_idefics3_dir(smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer random Idefics3 (SmolVLM's shape, a Llama text side) with its image
+    processor (64x64 images, no splitting: 4 image tokens)."""
+    from vlm_testing import build_tiny_idefics3
+
+    return build_tiny_idefics3(smollm2_dir, tmp_path_factory.mktemp("tiny_idefics3"))
+
+
 def _log_monitor_off() -> tuple[str, ...]:
     """``--include-log-monitor false`` where ``ray start`` knows it (not Ray 2.40, the
     floor): the runs log to files and not to the driver, so the monitor would only cost

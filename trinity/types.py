@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # a Task needs no torch: the driver reads tasks and rewards without it
     import torch
 
+    from trinity.models.multimodal import MediaInputs
+
 
 @dataclass
 class EID:
@@ -88,6 +90,9 @@ class Experience:
     # (1 for greedy calls); the trainer recomputes this row's log-probs at it. None (rows
     # written before it was kept): the configured rollout temperature
     temperature: float | None = None
+    # a vision-language model's prompt images as the model takes them (pixel values,
+    # grids; Trinity-RFT's multi_modal_inputs): the rollouts of one prompt share one object
+    media: MediaInputs | None = None
 
     def __post_init__(self) -> None:
         if self.action_mask is None:

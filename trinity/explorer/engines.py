@@ -42,6 +42,7 @@ from trinity.models.engine import (
     render_chat,
 )
 from trinity.models.sampling import Sample, SamplingParams
+from trinity.models.vision_engine import rollout_engine
 from trinity.models.wrapper import ModelWrapper
 from trinity.sync.weight_slot import SlotReader, SlotState, SlotVersion
 
@@ -59,7 +60,7 @@ class EngineActor:
     def __init__(self, engine_args: dict[str, Any]) -> None:
         # Ray gives zero-CPU actors OMP_NUM_THREADS=1; an engine decodes with every core
         threads = max(1, os.cpu_count() or 1)
-        self.engine = TransformersEngine(**engine_args, num_threads=threads)
+        self.engine = rollout_engine(**engine_args, num_threads=threads)
         self.slot_reader = SlotReader()  # maps the node's weight slot once it is used
 
     def info(self) -> dict[str, Any]:
@@ -77,8 +78,11 @@ class EngineActor:
 
         return gpu_ids()
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
-        return self.engine.generate(prompts, params)
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams, media: list[Any] | None = None
+    ) -> list[list[Sample]]:
+        # media: each prompt's images, for a vision-language model's engine
+        return self.engine.generate(prompts, params, **({"media": media} if media else {}))
 
     def compute_logprobs(
         self, token_ids: list[list[int]], prompt_lengths: list[int], temperature: float
@@ -134,6 +138,8 @@ class EngineClient:
         import ray
 
         self.handle = handle
+        self.model_dir, self.chat_template = model_dir, chat_template
+        self._processor: Any = None  # a vision-language model's, loaded on first use
         self.tokenizer = load_tokenizer(model_dir, chat_template)
         self.template_args = chat_template_args(enable_thinking)
         info = ray.get(handle.info.remote())
@@ -145,15 +151,29 @@ class EngineClient:
     ) -> list[int]:
         return render_chat(self.tokenizer, messages, add_generation_prompt, **self.template_args)
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams, media: list[Any] | None = None
+    ) -> list[list[Sample]]:
         import ray
 
-        return ray.get(self.handle.generate.remote(prompts, params))
+        return ray.get(self.handle.generate.remote(prompts, params, media))
 
     async def agenerate(
-        self, prompts: list[list[int]], params: SamplingParams
+        self, prompts: list[list[int]], params: SamplingParams, media: list[Any] | None = None
     ) -> list[list[Sample]]:
-        return await self.handle.generate.remote(prompts, params)
+        return await self.handle.generate.remote(prompts, params, media)
+
+    def render_media(
+        self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, **extra: Any
+    ) -> Any:
+        """A vision-language model's prompt with images, rendered here by its processor."""
+        from trinity.models.multimodal import load_processor, render_media_chat
+
+        if self._processor is None:
+            self._processor = load_processor(self.model_dir, self.chat_template)
+        return render_media_chat(
+            self._processor, messages, add_generation_prompt, **self.template_args, **extra
+        )
 
     def compute_logprobs(
         self, token_ids: list[list[int]], prompt_lengths: list[int], temperature: float = 1.0
@@ -255,7 +275,7 @@ class RolloutEngines:
         for i in range(model.engine_num):
             if i == 0 and (plan is None or plan.first_engine_in_explorer(path)):
                 device = {"device": _local_device(config)} if on_gpu else {}
-                engines.append(TransformersEngine(**args(0), **device))
+                engines.append(rollout_engine(**args(0), **device))
             else:  # its own actor, with the GPUs the plan gives it
                 gpus = plan.engine_gpus(path, i) if plan is not None else 0
                 remote_args = {**args(i), "device": "cuda"} if gpus else args(i)
@@ -448,7 +468,7 @@ def _remote_engine(
     import ray
 
     if not ray.is_initialized():
-        return TransformersEngine(**engine_args)
+        return rollout_engine(**engine_args)
     from trinity.utils.resources import ENGINE_CPUS
 
     explorer = config.explorer

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from trinity.models.sampling import Sample, SamplingParams
 from trinity.types import Experience
+
+if TYPE_CHECKING:
+    from trinity.models.multimodal import MediaInputs
 
 # rollout_args keys, each the SamplingParams field of the same name (n is chat's own argument)
 ROLLOUT_KEYS = {
@@ -43,6 +46,8 @@ class PreparedCall:
     params: SamplingParams
     messages: list[dict[str, Any]] | None
     stop: list[str]
+    # the images of a chat prompt (a vision-language model's), shared by its samples
+    media: MediaInputs | None = None
 
 
 def sampling_params(
@@ -129,6 +134,7 @@ def pack_experiences(
                     response_text=response_text,
                     messages=messages,
                     temperature=float(temperature),
+                    media=call.media,
                     info={
                         "model_version": sample.model_version,
                         "finish_reason": sample.finish_reason,

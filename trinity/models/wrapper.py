@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trinity.models.history import merge_conversations
+from trinity.models.multimodal import has_media, json_messages
 from trinity.models.rollout_calls import (
     PreparedCall,
     pack_experiences,
@@ -382,6 +383,8 @@ class ModelWrapper:
         response_limits: bool,
         tools: list[dict[str, Any]] | None = None,
     ) -> PreparedCall:
+        if has_media(messages):
+            return self._prepare_media_chat(messages, n, rollout_args, response_limits, tools)
         if tools:
             from trinity.models.chat import render_chat
 
@@ -393,6 +396,29 @@ class ModelWrapper:
         params = self._params(n, rollout_args, response_limits)
         stop = stop_strings(rollout_args.get("stop"))
         return PreparedCall([ids], [text], [truncated], params, messages, stop)
+
+    def _prepare_media_chat(
+        self,
+        messages: list[dict[str, Any]],
+        n: int,
+        rollout_args: dict[str, Any],
+        response_limits: bool,
+        tools: list[dict[str, Any]] | None,
+    ) -> PreparedCall:
+        """A chat call whose messages hold images: the engine's processor renders them
+        (never truncated: a cut would split an image's tokens)."""
+        render = getattr(self.engine, "render_media", None)
+        if render is None:
+            raise ValueError(
+                f"model '{self.name}' takes no images (its engine, {type(self.engine).__name__}, "
+                "has no processor); use a vision-language model or drop the image parts"
+            )
+        prompt = render(messages, **({"tools": tools} if tools else {}))
+        text = self.tokenizer.decode(prompt.ids)
+        params = self._params(n, rollout_args, response_limits)
+        stop = stop_strings(rollout_args.get("stop"))
+        kept = json_messages(messages)
+        return PreparedCall([prompt.ids], [text], [False], params, kept, stop, prompt.media)
 
     def _prepare_text(
         self,
@@ -435,11 +461,14 @@ class ModelWrapper:
         return sampling_params(n, rollout_args, self.min_response_tokens, self.max_response_tokens)
 
     def _run(self, prepared: PreparedCall) -> list[Experience]:
-        return self._finish(prepared, self.engine.generate(prepared.prompt_ids, prepared.params))
+        media = {} if prepared.media is None else {"media": [prepared.media]}
+        samples = self.engine.generate(prepared.prompt_ids, prepared.params, **media)
+        return self._finish(prepared, samples)
 
     async def _arun(self, prepared: PreparedCall) -> list[Experience]:
         # cancelling this call cancels the engine request: its rows stop decoding
-        samples = await self.engine.agenerate(prepared.prompt_ids, prepared.params)
+        media = {} if prepared.media is None else {"media": [prepared.media]}
+        samples = await self.engine.agenerate(prepared.prompt_ids, prepared.params, **media)
         return await asyncio.to_thread(self._finish, prepared, samples)
 
     def _finish(self, prepared: PreparedCall, samples: list[list[Sample]]) -> list[Experience]:

@@ -453,6 +453,11 @@ def _sharded(model: torch.nn.Module) -> bool:
 def response_logits(model: torch.nn.Module, batch: TrainBatch) -> torch.Tensor:
     """(B, R, V) logits predicting each response token."""
     width = batch.response_width
+    if batch.media is not None:
+        # a vision-language model's rows: pixel values and its own position ids
+        from trinity.trainer.media_forward import media_response_logits
+
+        return media_response_logits(model, batch)
     with attention_backend(model, batch):
         shared = None
         if not _checkpointing(model) and _plain_lm_head(model) and not _sharded(model):

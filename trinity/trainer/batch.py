@@ -19,10 +19,14 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 import torch
 
 from trinity.types import Experience
+
+if TYPE_CHECKING:
+    from trinity.models.multimodal import MediaInputs
 
 logger = logging.getLogger(__name__)
 # budgets already warned about: a sequence over the budget is reported once per run
@@ -59,6 +63,9 @@ class TrainBatch:
     # then replaces with the trainer's own, and the truncated importance weights
     rollout_logprobs: torch.Tensor | None = None  # (B, R) log pi_rollout(a|s)
     rollout_is_weights: torch.Tensor | None = None  # (B, R) detached, 0 on masked tokens
+    # vision-language rows: each row's prompt images (None: text only; rows of one prompt
+    # share one object); None when no row has images
+    media: list[MediaInputs | None] | None = None
 
     @property
     def size(self) -> int:
@@ -79,6 +86,13 @@ class TrainBatch:
         for f in fields(self):
             value = getattr(self, f.name)
             values[f.name] = value[index] if isinstance(value, torch.Tensor) else value
+        if self.media is not None:
+            if isinstance(index, slice):
+                picked = list(range(self.size)[index])
+            else:
+                rows = index.nonzero().flatten() if index.dtype == torch.bool else index
+                picked = rows.reshape(-1).tolist()
+            values["media"] = [self.media[i] for i in picked]
         return TrainBatch(**values)
 
     def to(self, device: torch.device) -> TrainBatch:
@@ -243,6 +257,7 @@ def collate(
         paired=all(paired),
         **_step_fields(rows),
         teacher_logprobs=teacher_logprobs,
+        media=[r.exp.media for r in rows] if any(r.exp.media is not None for r in rows) else None,
     )
 
 

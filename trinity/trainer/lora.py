@@ -45,6 +45,16 @@ def _target_modules(lora: LoRAConfig) -> str | list[str]:
     return "all-linear" if names == ["all-linear"] else names
 
 
+def _language_side_only(model: torch.nn.Module) -> dict[str, str]:
+    """peft's ``exclude_modules`` for a vision-language model: the adapter goes on the
+    language side only (the vision encoder and projector stay as loaded)."""
+    from trinity.models.multimodal import VISION_MODULES, vision_parameters
+
+    if not vision_parameters(model):
+        return {}
+    return {"exclude_modules": rf".*\b({'|'.join(VISION_MODULES)})\b.*"}
+
+
 def wrap(model: torch.nn.Module, lora: LoRAConfig) -> torch.nn.Module:
     """``model`` as a peft model with a trainable adapter; the base weights are frozen.
 
@@ -69,6 +79,7 @@ def wrap(model: torch.nn.Module, lora: LoRAConfig) -> torch.nn.Module:
             target_modules=_target_modules(lora),
             bias="none",
             task_type="CAUSAL_LM",
+            **_language_side_only(model),
         )
         try:
             peft_model = get_peft_model(model, config)

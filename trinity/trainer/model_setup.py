@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from trinity.models.multimodal import model_class, vision_parameters
 from trinity.models.overrides import model_config
 from trinity.trainer import lora
 from trinity.trainer.actor import use_grouped_attention
@@ -39,8 +40,11 @@ def bf16_parameters(dtype: torch.dtype, *, lora: bool, world_size: int, allowed:
 
 
 def _cpu_paths(model: torch.nn.Module, device: torch.device | None) -> None:
-    """The trainer's grouped attention and fused CPU layers, on the CPU only."""
+    """The trainer's grouped attention and fused CPU layers, on the CPU only, for text
+    models (a vision-language model keeps transformers' modules)."""
     if device is not None and device.type != "cpu":
+        return
+    if getattr(model.config, "vision_config", None) is not None:
         return
     use_grouped_attention(model)  # bf16 matmuls, grouped K/V: trainer/actor.py
     fuse_layers(model)  # bf16 RMS norm and SwiGLU in one pass: trainer/fused_layers.py
@@ -59,12 +63,13 @@ def load_policy(
     gradient_checkpointing: bool,
     lora_config: Any | None,
     device: torch.device | None = None,
+    freeze_vision_tower: bool = False,
 ) -> torch.nn.Module:
     """The trainable policy in float32 on ``device`` (None: the CPU), in train mode; with
-    ``lora_config`` a peft model whose only trainable parameters are the adapter's."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, **overridden)
+    ``lora_config`` a peft model whose only trainable parameters are the adapter's (on
+    the language side only of a vision-language model); ``freeze_vision_tower`` keeps a
+    vision-language model's vision encoder fixed."""
+    model = model_class(model_dir).from_pretrained(model_dir, dtype=torch.float32, **overridden)
     if device is not None:
         model.to(device)
     model.train()
@@ -72,6 +77,8 @@ def load_policy(
     if gradient_checkpointing:
         enable_checkpointing(model)
         model.config.use_cache = False
+    if freeze_vision_tower:
+        freeze_vision(model)
     if lora_config is not None:
         model = lora.wrap(model, lora_config)
         if gradient_checkpointing:
@@ -89,9 +96,7 @@ def load_reference(
 ) -> torch.nn.Module:
     """The frozen reference on ``device`` (None: the CPU): the policy's starting weights,
     in the policy's parameter ``dtype``, so both agree exactly at the start."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, **overridden).eval()
+    model = model_class(model_dir).from_pretrained(model_dir, dtype=dtype, **overridden).eval()
     if device is not None:
         model.to(device)
     model.requires_grad_(False)
@@ -101,3 +106,13 @@ def load_reference(
         # attention kernel for both models (trinity/trainer/actor.py)
         enable_checkpointing(model)
     return model
+
+
+def freeze_vision(model: torch.nn.Module) -> int:
+    """Stop gradients to a vision-language model's vision encoder (its parameters stay
+    as loaded); returns how many parameters were frozen (0 for a text model)."""
+    frozen = 0
+    for _, param in vision_parameters(model):
+        param.requires_grad_(False)
+        frozen += param.numel()
+    return frozen

@@ -148,6 +148,7 @@ class Trainer:
             gradient_checkpointing=checkpointing,
             lora_config=self.lora,
             device=self.device,
+            freeze_vision_tower=tc.actor_rollout_ref.actor.freeze_vision_tower,
         )
 
         parts = build_parts(config)

@@ -6,7 +6,8 @@
 tools), ``tool_call_workflow`` = ``toolcall_workflow`` (ToolACE function calls), the judged
 ones (``llm_judge_workflow``, ``math_rm_workflow``, ``math_ruler_workflow``,
 ``math_trainable_ruler_workflow``, ``rubric_judge_workflow``, ``rubric_judge_openai_workflow``),
-``simple_workflow``, ``math_eval_workflow``, ``thinking_budget_workflow``,
+``simple_workflow``, ``simple_mm_workflow`` (images, vision-language models),
+``math_eval_workflow``, ``thinking_budget_workflow``,
 ``sudoku_workflow``, the on-policy distillation workflows and the AgentScope agents
 (``agentscope_workflow_adapter``, ``agentscope_react_math_workflow``, ...); see
 docs/workflows.md.
@@ -25,6 +26,7 @@ from trinity.workflows import multi_turn as _multi_turn  # noqa: F401
 from trinity.workflows import on_policy_distill as _on_policy_distill  # noqa: F401
 from trinity.workflows import reward_model as _reward_model  # noqa: F401
 from trinity.workflows import rubric_judge as _rubric_judge  # noqa: F401
+from trinity.workflows import simple_mm as _simple_mm  # noqa: F401
 from trinity.workflows import ruler as _ruler  # noqa: F401
 from trinity.workflows import sciworld as _sciworld  # noqa: F401
 from trinity.workflows import step_wise as _step_wise  # noqa: F401

@@ -43,6 +43,16 @@ class FormatConfig:
     chat_template: str | None = setting(
         None, "chat template for this data; unset: model.custom_chat_template"
     )
+    image_key: str | None = setting(
+        None,
+        "column of the row's image or list of images (path, file:// or data: URL, bytes, "
+        "datasets Image) for a vision-language model (simple_mm_workflow)",
+    )
+    video_key: str | None = setting(
+        None,
+        "column of the row's video (a list of frames, each an image as for image_key) or list "
+        "of videos, for a vision-language model whose processor takes videos",
+    )
 
 
 @dataclass

@@ -123,6 +123,11 @@ class ActorConfig:
         False, "recompute entropy in backward instead of storing it"
     )
     checkpoint: CheckpointContentsConfig = setting(CheckpointContentsConfig, "checkpoint contents")
+    freeze_vision_tower: bool = setting(
+        False,
+        "keep a vision-language model's vision encoder and projector fixed (no effect on a "
+        "text model)",
+    )
     optim: OptimizerConfig | None = setting(
         None,
         "actor optimizer; resolved from algorithm.optimizer, which wins where the two differ (logged)",
