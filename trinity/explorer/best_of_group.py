@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from trinity.explorer.dynamic_sampling import groups_of
+from trinity.pipeline.groups import groups_of
 from trinity.types import Experience
 
 

@@ -24,38 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from trinity.pipeline.groups import groups_of, is_tied
 from trinity.types import Experience
-
-
-def group_score(exp: Experience, metric_key: str | None) -> float | None:
-    """The value compared within a group: ``metric_key``'s component, else the reward.
-
-    A reward component ``name`` is stored as the metric ``reward/<name>``; either
-    spelling is accepted.
-    """
-    if metric_key is None:
-        return exp.reward
-    for key in (metric_key, f"reward/{metric_key}"):
-        if key in exp.metrics:
-            return float(exp.metrics[key])
-    raise KeyError(
-        f"algorithm.dynamic_sampling.metric_key '{metric_key}' is not among the metrics of "
-        f"experience {exp.eid} ({sorted(exp.metrics)})"
-    )
-
-
-def groups_of(exps: list[Experience]) -> dict[str, list[Experience]]:
-    """Experiences by ``eid.group``, in first-seen order."""
-    groups: dict[str, list[Experience]] = {}
-    for exp in exps:
-        groups.setdefault(exp.eid.group, []).append(exp)
-    return groups
-
-
-def is_tied(members: list[Experience], metric_key: str | None = None) -> bool:
-    """True when every rollout of the group has the same score (or there is one)."""
-    scores = {group_score(m, metric_key) for m in members}
-    return len(scores) <= 1
 
 
 @dataclass

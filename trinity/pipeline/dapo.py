@@ -28,8 +28,7 @@ from __future__ import annotations
 import math
 from numbers import Real
 
-from trinity.explorer.dynamic_sampling import group_score
-from trinity.pipeline.experience_filters import groups_of
+from trinity.pipeline.groups import group_score, groups_of, ties
 from trinity.pipeline.operator import EXPERIENCE_OPERATORS, ExperienceOperator, OperatorError
 from trinity.types import Experience
 
@@ -70,12 +69,12 @@ class DapoDynamicSampling(ExperienceOperator):
         kept: list[Experience] = []
         all_correct = all_wrong = groups = 0
         for members in groups_of(exps).values():
-            correct = sum(self.is_correct(m) for m in members)
-            if 0 < correct < len(members):
+            verdicts = [self.is_correct(m) for m in members]
+            if not ties(verdicts):
                 kept.extend(members)
                 continue
             groups += 1
-            if correct:
+            if verdicts[0]:
                 all_correct += len(members)
             else:
                 all_wrong += len(members)

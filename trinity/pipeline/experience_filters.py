@@ -18,24 +18,16 @@ deviation unknown.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 
 import numpy as np
 
+from trinity.pipeline.groups import groups_of, ties, without_groups
 from trinity.pipeline.operator import EXPERIENCE_OPERATORS, ExperienceOperator
 from trinity.types import Experience
 
 
 def is_valid_reward(reward: float | None) -> bool:
     return reward is not None and math.isfinite(reward)
-
-
-def groups_of(exps: list[Experience]) -> dict[str, list[Experience]]:
-    """Experiences by ``eid.group``, groups in first-seen order."""
-    groups: dict[str, list[Experience]] = defaultdict(list)
-    for exp in exps:
-        groups[exp.eid.group].append(exp)
-    return groups
 
 
 @EXPERIENCE_OPERATORS.register("invalid_reward_filter")
@@ -46,7 +38,7 @@ class InvalidRewardFilter(ExperienceOperator):
     def process(self, exps: list[Experience]) -> tuple[list[Experience], dict[str, float]]:
         if self.drop_group:
             bad = {e.eid.group for e in exps if not is_valid_reward(e.reward)}
-            kept = [e for e in exps if e.eid.group not in bad]
+            kept = without_groups(exps, bad)
         else:
             kept = [e for e in exps if is_valid_reward(e.reward)]
         return kept, {"invalid_reward_filter/dropped": float(len(exps) - len(kept))}
@@ -63,9 +55,9 @@ class ZeroVarianceFilter(ExperienceOperator):
             rewards = [m.reward for m in members]
             if None in rewards:
                 continue  # not scored: left for invalid_reward_filter to judge
-            if max(rewards) - min(rewards) <= self.atol:
+            if ties(rewards, self.atol):
                 flat.add(group)
-        kept = [e for e in exps if e.eid.group not in flat]
+        kept = without_groups(exps, flat)
         return kept, {
             "zero_variance_filter/dropped_groups": float(len(flat)),
             "zero_variance_filter/dropped": float(len(exps) - len(kept)),
@@ -94,7 +86,7 @@ class RewardStdFilter(ExperienceOperator):
             # NaN > threshold is False: a group with an unknown reward is dropped
             if len(members) < 2 or not float(np.std(rewards)) > self.threshold:
                 dropped.add(group)
-        kept = [e for e in exps if e.eid.group not in dropped]
+        kept = without_groups(exps, dropped)
         return kept, {
             "reward_std_filter/dropped_groups": float(len(dropped)),
             "reward_std_filter/dropped": float(len(exps) - len(kept)),

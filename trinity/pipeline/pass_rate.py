@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from trinity.pipeline.experience_filters import groups_of, is_valid_reward
+from trinity.pipeline.experience_filters import is_valid_reward
+from trinity.pipeline.groups import groups_of
 from trinity.pipeline.operator import EXPERIENCE_OPERATORS, ExperienceOperator
 from trinity.types import Experience
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from trinity.explorer.best_of_group import keep_best_of_group
-from trinity.explorer.dynamic_sampling import fill_groups, is_tied
+from trinity.explorer.dynamic_sampling import fill_groups
+from trinity.pipeline.groups import is_tied
 from trinity.types import EID, Experience
 
 
