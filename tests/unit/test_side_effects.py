@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from trinity.launch import process_policy
+from trinity.utils.environment import scoped_environment
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -163,7 +164,7 @@ def test_a_worker_enters_the_driver_directory_where_it_exists(
 def test_scoped_environment_restores_what_was_there(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRINITY_TEST_KEPT", "before")
     monkeypatch.delenv("TRINITY_TEST_NEW", raising=False)
-    with process_policy.scoped_environment({"TRINITY_TEST_KEPT": "x", "TRINITY_TEST_NEW": "y"}):
+    with scoped_environment({"TRINITY_TEST_KEPT": "x", "TRINITY_TEST_NEW": "y"}):
         assert os.environ["TRINITY_TEST_KEPT"] == "x" and os.environ["TRINITY_TEST_NEW"] == "y"
     assert os.environ["TRINITY_TEST_KEPT"] == "before"
     assert "TRINITY_TEST_NEW" not in os.environ

@@ -13,6 +13,7 @@ from trinity.config import Config
 from trinity.config import job_dir as get_job_dir
 from trinity.launch.errors import RunError
 from trinity.launch.summary import eval_accuracy
+from trinity.utils.environment import scoped_environment
 
 
 def run_bench(config: Config) -> dict[str, Any]:
@@ -23,7 +24,6 @@ def run_bench(config: Config) -> dict[str, Any]:
     """
     from trinity.config import to_dict
     from trinity.explorer.bench import Bench
-    from trinity.launch.process_policy import scoped_environment
     from trinity.models.resolve import resolve_model_path
     from trinity.monitor import make_monitor
 

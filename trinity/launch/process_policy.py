@@ -30,9 +30,7 @@ A variable already set in the driver's environment always wins (but the director
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Iterator
 
 THP = "THP_MEM_ALLOC_ENABLE"
 OMP_WAIT_POLICY = "OMP_WAIT_POLICY"
@@ -89,19 +87,3 @@ def actor_env(env_vars: dict[str, str]) -> dict[str, object] | None:
     """Ray ``runtime_env`` of an actor whose process starts with ``env_vars``
     (``explorer.env_vars``; Ray merges them over the job's); None when there are none."""
     return {"env_vars": {str(k): str(v) for k, v in env_vars.items()}} if env_vars else None
-
-
-@contextlib.contextmanager
-def scoped_environment(env_vars: dict[str, str]) -> Iterator[None]:
-    """``env_vars`` set in this process's environment inside the block, and the
-    environment as it was after it (mode bench, whose runners are the driver's threads)."""
-    saved = {str(k): os.environ.get(str(k)) for k in env_vars}
-    os.environ.update({str(k): str(v) for k, v in env_vars.items()})
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value

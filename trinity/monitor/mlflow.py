@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from trinity.launch.process_policy import scoped_environment
 from trinity.monitor.base import Monitor, RunInfo
 from trinity.monitor.registry import MONITORS
+from trinity.utils.environment import scoped_environment
 
 DEFAULT_URI = "http://localhost:5000"
 BATCH_LIMIT = 1000  # metrics per log_batch request accepted by the tracking server
