@@ -288,10 +288,20 @@ class RolloutEngines:
 
         from trinity.launch.gpus import gpu_ids
 
-        remote = [e.handle.gpu_ids.remote() for e in self.engines if isinstance(e, EngineClient)]
+        remote = [e.handle.gpu_ids.remote() for e in self.in_actors]
         found = iter(ray.get(remote)) if remote else iter(())
         here = gpu_ids() if ray.is_initialized() else []
         return [next(found) if isinstance(e, EngineClient) else here for e in self.engines]
+
+    @property
+    def in_actors(self) -> list[EngineClient]:
+        """The replicas that run in Ray actors of their own."""
+        return [e for e in self.engines if isinstance(e, EngineClient)]
+
+    @property
+    def in_process(self) -> list[TransformersEngine]:
+        """The replicas that run in this process."""
+        return [e for e in self.engines if not isinstance(e, EngineClient)]
 
     @property
     def model_version(self) -> int:
@@ -299,7 +309,7 @@ class RolloutEngines:
 
     def load_state_dict(self, state_dict: dict[str, Any], version: int) -> None:
         """Load ``state_dict`` into every engine; remote ones fetch one shared copy."""
-        remote = [e for e in self.engines if isinstance(e, EngineClient)]
+        remote = self.in_actors
         shared: Any = state_dict
         if remote:
             import ray
@@ -311,9 +321,8 @@ class RolloutEngines:
             else:  # read in place by every engine
                 shared = ray.put(to_object_store(state_dict))
             refs = [e.handle.load_state_dict.remote(shared, version) for e in remote]
-        for engine in self.engines:
-            if not isinstance(engine, EngineClient):
-                engine.load_state_dict(state_dict, version)
+        for engine in self.in_process:
+            engine.load_state_dict(state_dict, version)
         if remote:
             ray.get(refs)
             for engine in remote:

@@ -52,15 +52,13 @@ import torch
 import torch.distributed as dist
 
 from trinity.config import Config
+from trinity.sync.cuda_slot import same_gpu
+from trinity.sync.errors import WeightBroadcastError
 
 BUCKET_BYTES = 256 << 20
 SEND, CLOSE = "send", "close"
 _ALIGN = 16  # byte offset of each tensor in its bucket, so a dtype view is aligned
 _POLL_S = 2.0  # the sender's long poll for transfer requests
-
-
-class WeightBroadcastError(RuntimeError):
-    """A member could not join the weight group or a broadcast did not complete."""
 
 
 @dataclass(frozen=True)
@@ -381,8 +379,6 @@ def start_sender(config: Config, synchronizer: Any, logger: logging.Logger) -> W
     except when the trainer and the explorer share one GPU: NCCL cannot broadcast
     between two processes on one device, so the weights go through the trainer's GPU
     buffer instead (``trinity.sync.weights.same_gpu``)."""
-    from trinity.sync.weights import same_gpu
-
     if config.mode != "both" or config.synchronizer.sync_method != "nccl" or same_gpu(config):
         return None
     return WeightSender(config, synchronizer, logger)
@@ -405,17 +401,14 @@ class WeightGroupReceiver:
         full_weights: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]],
         logger: logging.Logger,
     ) -> None:
-        from trinity.explorer.engines import EngineClient
-
         self.sync = synchronizer
         self.engines = engines
         self.full_weights = full_weights
         self.logger = logger
         self.timeout_s = float(config.synchronizer.sync_timeout)
         self.lora = bool(config.model.lora_configs)
-        remote = [e for e in engines.engines if isinstance(e, EngineClient)]
-        self.local = [e for e in engines.engines if not isinstance(e, EngineClient)]
-        self.members = [] if self.lora else remote
+        self.local = engines.in_process
+        self.members = [] if self.lora else engines.in_actors
         self.group: WeightGroup | None = None
         self._join_error: BaseException | None = None
         self._joiner = threading.Thread(target=self._join, name="weight-group-join", daemon=True)

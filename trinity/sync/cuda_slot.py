@@ -29,7 +29,18 @@ from trinity.sync.weight_slot import SlotEntry, pack, views
 if TYPE_CHECKING:
     import torch
 
+    from trinity.config import Config
+
 _ALIGN = 256  # every tensor starts on a 256-byte boundary (CUDA's allocation alignment)
+
+
+def same_gpu(config: Config) -> bool:
+    """Whether the trainer and the explorer share one GPU and pass the weights through
+    the trainer's GPU buffer (this module): ``sync_method`` ``nccl`` or ``memory`` in a
+    run whose one GPU both use (``trinity.utils.device.shares_one_gpu``)."""
+    from trinity.utils.device import shares_one_gpu  # imports torch, which this module defers
+
+    return config.synchronizer.sync_method in ("nccl", "memory") and shares_one_gpu(config)
 
 
 @dataclass(frozen=True)

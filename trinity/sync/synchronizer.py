@@ -20,9 +20,7 @@ import asyncio
 import time
 from typing import Any
 
-
-class SyncTimeout(TimeoutError):
-    """The explorer waited longer than ``synchronizer.sync_timeout`` for new weights."""
+from trinity.sync.errors import SyncTimeout, WeightBroadcastError
 
 
 class Synchronizer:
@@ -175,8 +173,6 @@ class Synchronizer:
 
     def _raise_group_error(self) -> None:
         if self.group_error:
-            from trinity.sync.collective import WeightBroadcastError
-
             raise WeightBroadcastError(self.group_error)
 
     async def report(self, role: str, step: int, metrics: dict[str, float]) -> None:

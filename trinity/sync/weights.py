@@ -52,7 +52,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trinity.config import Config
-from trinity.sync.cuda_slot import CudaSlotReader, CudaSlotVersion, CudaSlotWriter
+from trinity.sync.cuda_slot import CudaSlotReader, CudaSlotVersion, CudaSlotWriter, same_gpu
+from trinity.sync.errors import SyncTimeout
 from trinity.sync.weight_slot import SlotFull, SlotReader, SlotVersion, SlotWriter
 from trinity.trainer import checkpoint as ckpt
 
@@ -275,8 +276,6 @@ class WeightReceiver:
         deadline = time.monotonic() + timeout
         while (got := latest_on_disk(self.job_dir)) < version and trainer_running(self.job_dir):
             if time.monotonic() > deadline:
-                from trinity.sync.synchronizer import SyncTimeout
-
                 raise SyncTimeout(
                     f"no policy version >= {version} in {self.job_dir} after {timeout:.0f}s "
                     f"(have {got}); raise synchronizer.sync_timeout if the trainer is slow"
@@ -386,15 +385,6 @@ class WeightReceiver:
         if not adapters or not adapters[0].path:
             return None
         return self.full_weights(lora.load_adapter_dir(Path(adapters[0].path)))
-
-
-def same_gpu(config: Config) -> bool:
-    """Whether the trainer and the explorer share one GPU and pass the weights through
-    the trainer's GPU buffer (``trinity.sync.cuda_slot``): ``sync_method`` ``nccl`` or
-    ``memory`` in a run whose one GPU both use (``trinity.utils.device.shares_one_gpu``)."""
-    from trinity.utils.device import shares_one_gpu
-
-    return config.synchronizer.sync_method in ("nccl", "memory") and shares_one_gpu(config)
 
 
 def slot_writer(config: Config, synchronizer: Any) -> SlotWriter | CudaSlotWriter | None:

@@ -9,8 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from trinity.sync.cuda_slot import cuda_layout, views
-from trinity.sync.weights import same_gpu
+from trinity.sync.cuda_slot import cuda_layout, same_gpu, views
 
 
 def test_views_of_the_laid_out_buffer_give_back_every_tensor() -> None:

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from trinity.sync import weight_slot
-from trinity.sync.synchronizer import Synchronizer, SyncTimeout
+from trinity.sync.errors import SyncTimeout
+from trinity.sync.synchronizer import Synchronizer
 from trinity.sync.weight_slot import SlotFull, SlotReader, SlotWriter
 
 
