@@ -44,6 +44,7 @@ SERIAL = (
     "e2e/test_resume.py",
     "e2e/test_run_cli.py::test_an_actor_that_cannot_start_fails_the_run_with_its_error",
     "e2e/test_stages.py",
+    "e2e/test_vlm_run.py",
     "integration/test_collective_sync.py",
     "integration/test_data_parallel.py",
     "integration/test_object_store_weights.py",
