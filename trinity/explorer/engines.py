@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from trinity.config import Config, InferenceModelConfig
-from trinity.config.device_plan import DevicePlan
+from trinity.config.device_plan import DevicePlan, device_plan
 from trinity.models.engine import (
     TransformersEngine,
     chat_template_args,
@@ -45,6 +45,7 @@ from trinity.models.sampling import Sample, SamplingParams
 from trinity.models.vision_engine import rollout_engine
 from trinity.models.wrapper import ModelWrapper
 from trinity.sync.weight_slot import SlotReader, SlotState, SlotVersion
+from trinity.utils.resources import ENGINE_CPUS, cluster_gpus, gpu_ids
 
 # concurrent calls an engine actor serves beyond its runners (weight loads, stats)
 _SPARE_CALLS = 4
@@ -74,8 +75,6 @@ class EngineActor:
 
     def gpu_ids(self) -> list[int]:
         """The GPU ids Ray gave this actor ([] on CPU)."""
-        from trinity.launch.gpus import gpu_ids
-
         return gpu_ids()
 
     def generate(
@@ -286,8 +285,6 @@ class RolloutEngines:
         """The GPU ids Ray gave each replica's process ([] each on CPU or without Ray)."""
         import ray
 
-        from trinity.launch.gpus import gpu_ids
-
         remote = [e.handle.gpu_ids.remote() for e in self.in_actors]
         found = iter(ray.get(remote)) if remote else iter(())
         here = gpu_ids() if ray.is_initialized() else []
@@ -457,9 +454,7 @@ def _device_plan(config: Config) -> DevicePlan | None:
 
     if not ray.is_initialized() or config.cluster.gpu_per_node == 0:
         return None
-    from trinity.launch.gpus import run_plan
-
-    return run_plan(config)
+    return device_plan(config, on_gpu=cluster_gpus() > 0)  # as the driver planned the run
 
 
 def _local_device(config: Config) -> Any:
@@ -478,7 +473,6 @@ def _remote_engine(
 
     if not ray.is_initialized():
         return rollout_engine(**engine_args)
-    from trinity.utils.resources import ENGINE_CPUS
 
     explorer = config.explorer
     handle = (

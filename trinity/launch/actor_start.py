@@ -1,4 +1,6 @@
-"""Start errors of threaded actors, reported as errors rather than worker aborts.
+"""How the run's actors start: threads, plugins and log file, and start errors reported as such.
+
+:func:`start_actor` is what every actor of a run does first.
 
 The explorer and trainer roles run as Ray actors with ``max_concurrency > 1`` (a call
 such as a status query can arrive while ``run`` is busy). When the constructor of such
@@ -17,8 +19,33 @@ traceback, and the run stops the actors as after any failed step. Methods marked
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
+
+from trinity.config import Config
+from trinity.launch.plugins import load_external_libs, load_plugins
+from trinity.utils.log import get_actor_logger
+
+
+def start_actor(config: Config, job_dir: Path, name: str, plugin_dirs: Sequence[str]):
+    """What every actor of a run does first: torch threads, the run's plugins and
+    ``external_lib`` modules, and its log file ``log/<name>.log``; returns the logger."""
+    import torch
+
+    # Ray sets OMP_NUM_THREADS=1 for fractional-CPU actors; the roles alternate in
+    # synchronous mode, so each may use every core while it works
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    load_plugins(plugin_dirs)
+    load_external_libs(config)
+    return get_actor_logger(
+        name,
+        job_dir / "log",
+        level=config.log.level,
+        group_by_node=config.log.group_by_node,
+        capture_library_logs=True,
+    )
 
 
 def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:

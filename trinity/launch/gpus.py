@@ -1,4 +1,4 @@
-"""The GPUs Ray gives each actor of a run: options from the device plan, ids it reports.
+"""The GPUs Ray gives each actor of a run: its Ray options, from the device plan.
 
 ``trinity.config.device_plan`` splits the config's GPUs between the explorer, the
 engine actors and the trainer ranks; here that plan becomes each actor's Ray
@@ -15,13 +15,7 @@ from typing import Any
 from trinity.config import Config
 from trinity.config.device_plan import DevicePlan, device_plan
 from trinity.launch.errors import RunError
-
-
-def cluster_gpus() -> float:
-    """The GPUs of the Ray cluster this process is connected to (0 without Ray)."""
-    import ray
-
-    return ray.cluster_resources().get("GPU", 0) if ray.is_initialized() else 0
+from trinity.utils.resources import cluster_gpus
 
 
 def run_plan(config: Config) -> DevicePlan:
@@ -71,10 +65,3 @@ def rank_bundle_gpus(plan: DevicePlan, ranks_per_node: int) -> dict[str, float]:
     """The GPU part of a trainer node's placement-group bundle."""
     gpus = plan.trainer_rank_gpus() * ranks_per_node
     return {"GPU": gpus} if gpus else {}
-
-
-def gpu_ids() -> list[int]:
-    """The GPU ids Ray gave the calling actor ([] on CPU)."""
-    import ray
-
-    return [int(i) if str(i).isdigit() else i for i in ray.get_gpu_ids()]

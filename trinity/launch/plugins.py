@@ -3,7 +3,7 @@
 
 The driver imports them before the run's names (workflows, reward functions, algorithm
 parts) are looked up, and every actor imports them again first thing
-(``roles.start_actor``), so what they register exists in each process.
+(``actor_start.start_actor``), so what they register exists in each process.
 """
 
 from __future__ import annotations

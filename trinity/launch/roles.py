@@ -23,7 +23,6 @@ o = 0 this is the synchronous schedule: explore 1, train 1, explore 2 with versi
 
 from __future__ import annotations
 
-import os
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -36,17 +35,17 @@ import ray
 from trinity import loop
 from trinity.config import Config
 from trinity.explorer.rollout_clock import RolloutClock
-from trinity.launch.plugins import load_external_libs, load_plugins
+from trinity.launch.actor_start import start_actor
 from trinity.launch.resume import (
     derived_explorer_state,
     explorer_state_at,
     save_buffer_position,
     save_explorer_state,
 )
+from trinity.launch.trainer_group import build_rank0
 from trinity.sync import weights
 from trinity.sync.watcher import WeightWatcher
 from trinity.trainer import checkpoint as ckpt
-from trinity.utils.log import get_actor_logger
 from trinity.utils.memory import TrainerHeap, release_free_memory
 from trinity.utils.threads import on_torch_thread, torch_thread_method
 
@@ -54,25 +53,6 @@ from trinity.utils.threads import on_torch_thread, torch_thread_method
 def required_version(step: int, sync_interval: int, sync_offset: int) -> int:
     """Policy version explore step ``step`` (1-based) must use (``trinity.sync.weights``)."""
     return weights.required_version(step, sync_interval, sync_offset)
-
-
-def start_actor(config: Config, job_dir: Path, name: str, plugin_dirs: Sequence[str]):
-    """What every actor of a run does first: torch threads, the run's plugins and
-    ``external_lib`` modules, and its log file ``log/<name>.log``; returns the logger."""
-    import torch
-
-    # Ray sets OMP_NUM_THREADS=1 for fractional-CPU actors; the roles alternate in
-    # synchronous mode, so each may use every core while it works
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
-    load_plugins(plugin_dirs)
-    load_external_libs(config)
-    return get_actor_logger(
-        name,
-        job_dir / "log",
-        level=config.log.level,
-        group_by_node=config.log.group_by_node,
-        capture_library_logs=True,
-    )
 
 
 def _monitor(config: Config, job_dir: Path, role: str):
@@ -331,7 +311,6 @@ class TrainerRole:
         self.config = config
         self.job_dir = Path(job_dir)
         self.logger = start_actor(config, self.job_dir, config.trainer.name, plugin_dirs)
-        from trinity.launch.trainer_group import build_rank0
         from trinity.sync.collective import start_sender
         from trinity.trainer.train_input import TrainInput
         from trinity.trainer.trainer import Trainer

@@ -25,10 +25,10 @@ import ray
 
 from trinity.config import Config
 from trinity.config.trainer_ranks import RankLayout, check_data_parallel, trainer_layout
-from trinity.launch.actor_start import deferred_start_errors
-from trinity.launch.gpus import gpu_ids, rank_bundle_gpus, run_plan, trainer_rank_options
+from trinity.launch.actor_start import deferred_start_errors, start_actor
+from trinity.launch.gpus import rank_bundle_gpus, run_plan, trainer_rank_options
 from trinity.utils.memory import TrainerHeap
-from trinity.utils.resources import TRAINER_CPUS
+from trinity.utils.resources import TRAINER_CPUS, gpu_ids
 from trinity.utils.threads import torch_thread_method
 
 if TYPE_CHECKING:
@@ -58,7 +58,6 @@ class TrainerRank:
     @torch_thread_method
     def setup(self, info: RankInfo) -> None:
         """Join the process group, then build this rank's Trainer (its model shard)."""
-        from trinity.launch.roles import start_actor
         from trinity.trainer import distributed
         from trinity.trainer.trainer import Trainer
 

@@ -82,7 +82,7 @@ def test_every_actor_imports_it_first(
     minimal: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from trinity.config import load_config
-    from trinity.launch.roles import start_actor
+    from trinity.launch.actor_start import start_actor
     from trinity.utils.log import get_actor_logger
     from trinity.workflows import WORKFLOWS
 
