@@ -61,7 +61,7 @@ class RequestBatcher(Generic[Item, Result]):
     ) -> None:
         self._run_batch = run_batch
         self._size_of = size_of
-        self._max_size = max_size
+        self.max_size = max_size  # may be changed later; read at each batch
         self._window_s = window_s
         self._on_start = on_start
         self._queue: queue.Queue[tuple[Item, Future] | None] = queue.Queue()
@@ -111,7 +111,7 @@ class RequestBatcher(Generic[Item, Result]):
                 continue
             batch, size = [first], self._size_of(first[0])
             deadline = time.monotonic() + self._window_s
-            while size < self._max_size:
+            while size < self.max_size:
                 try:
                     entry = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
                 except queue.Empty:
@@ -119,7 +119,7 @@ class RequestBatcher(Generic[Item, Result]):
                 if entry is None:
                     stopping = True
                     break
-                if isinstance(entry[0], _Call) or size + self._size_of(entry[0]) > self._max_size:
+                if isinstance(entry[0], _Call) or size + self._size_of(entry[0]) > self.max_size:
                     carry = entry  # opens the next batch
                     break
                 if entry[1].cancelled():

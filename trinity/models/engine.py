@@ -63,6 +63,10 @@ __all__ = [
     "render_chat",
 ]
 
+# the static decode path merges requests of up to this many times max_batch_size rows
+# into one run (max_batch_size of them decode at once, the others wait for a slot)
+QUEUED_SLOTS = 4
+
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 
 
@@ -111,7 +115,9 @@ class TransformersEngine:
             same machine), 1 is much faster: OpenMP threads that wait for a descheduled
             peer can slow a decode step down by 10x or more (``OMP_WAIT_POLICY=PASSIVE``
             in the environment, set before torch is imported, also avoids it).
-        max_batch_size: most sequences merged into one decode batch.
+        max_batch_size: most sequences merged into one decode batch; on the static decode
+            path the most decoded at once, with up to ``QUEUED_SLOTS`` times as many merged
+            into one run.
         batch_window_s: how long the worker waits for more requests before decoding.
         pack_weights: keep oneDNN-packed copies of bf16 linear weights for faster
             decoding (see :mod:`trinity.models.cpu_linear`); ignored where unsupported.
@@ -237,6 +243,9 @@ class TransformersEngine:
                 cuda_graph_capture() if self.device.type == "cuda" else eager,
                 self._slots_within_budget if self.device.type == "cuda" else None,
             )
+            # rows beyond the slots wait in the run's queue for a freed slot instead of
+            # the next batch, so requests of uneven lengths share one run
+            self._batcher.max_size = QUEUED_SLOTS * self.max_batch_size
         self.eos_token_ids = self._eos_token_ids()
         self.pad_token_id = self._pad_token_id()
 
