@@ -37,7 +37,7 @@ from trinity.models.decoding import DecodeEntry, stop_ids
 from trinity.models.device_sampler import filter_width
 from trinity.models.fast_decode import LlamaDecoder
 from trinity.models.sampling import Sample, SamplingParams
-from trinity.models.slot_cache import SlotCache, bucket, column_bucket
+from trinity.models.slot_cache import SlotCache, bucket, cache_capacity, column_bucket
 from trinity.models.step_graphs import Capture, StepGraphs
 
 SYNC_EVERY = 8  # decode steps between two host reads of the slots' state, at most
@@ -126,7 +126,7 @@ class ContinuousDecoder:
         """A cache for ``rows`` reaching ``columns``: the current one when it fits, else a
         bigger one (sizes only grow, so a run that fit once never reallocates or
         recaptures)."""
-        capacity = min(max_model_len, bucket(columns, max_model_len))
+        capacity = cache_capacity(columns, max_model_len)
         slots = bucket(len(rows), self.max_slots)
         if self.slot_limit is not None:
             slots = max(1, min(slots, self.slot_limit(capacity)))

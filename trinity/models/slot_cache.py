@@ -32,6 +32,7 @@ from trinity.models.fast_decode import LlamaDecoder
 from trinity.models.sampling import SamplingParams
 
 MIN_COLUMNS = 64  # smallest column bucket: short rows share one captured step
+CAPACITY_STEP = 256  # a cache's columns are a multiple of this (not a power of two: memory)
 
 
 def bucket(size: int, limit: int) -> int:
@@ -40,6 +41,12 @@ def bucket(size: int, limit: int) -> int:
     while found < size:
         found *= 2
     return min(found, limit)
+
+
+def cache_capacity(columns: int, max_model_len: int) -> int:
+    """Columns of a cache for rows reaching ``columns``: the next multiple of
+    ``CAPACITY_STEP``, at most ``max_model_len``."""
+    return min(max_model_len, -(-columns // CAPACITY_STEP) * CAPACITY_STEP)
 
 
 def column_bucket(columns: int, capacity: int) -> int:

@@ -14,7 +14,7 @@ from trinity.models.decoding import DecodeEntry
 from trinity.models.device_sampler import filter_width, sample_on_device
 from trinity.models.engine import TransformersEngine
 from trinity.models.sampling import SamplingParams, sample_tokens
-from trinity.models.slot_cache import bucket, column_bucket
+from trinity.models.slot_cache import bucket, cache_capacity, column_bucket
 from trinity.models.step_graphs import eager
 
 # prompts of very different lengths
@@ -134,6 +134,9 @@ def test_buckets():
     assert bucket(5, 6) == 6  # capped at the slots there are
     # columns: at least 64, powers of two, at most the capacity
     assert [column_bucket(n, 512) for n in (1, 64, 65, 300, 600)] == [64, 64, 128, 512, 512]
+    # a cache: multiples of 256 columns (a 1.7B model's 256 rows of 612 columns: 768)
+    assert [cache_capacity(n, 2048) for n in (1, 256, 257, 612, 5000)] == [256, 256, 512, 768, 2048]
+    assert column_bucket(700, cache_capacity(612, 2048)) == 768
 
 
 def test_each_bucket_key_is_captured_once(static):
