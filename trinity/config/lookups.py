@@ -26,6 +26,7 @@ from pathlib import Path
 from trinity.config.agentscope_needs import AGENTSCOPE_WORKFLOWS, check_agentscope
 from trinity.config.errors import ConfigError, closest
 from trinity.config.external_envs import EXTERNAL_WORKFLOWS, check_external_env
+from trinity.config.media_rows import check_media_rows
 from trinity.config.resolve import job_dir as job_dir_of
 from trinity.config.schema import Config, StorageConfig
 
@@ -225,6 +226,8 @@ def _check_stage(cfg: Config) -> None:
         check_agentscope(f"{prefix}.default_workflow_type", name, taskset.workflow_args, judge)
     for path, given in _data_paths(cfg):
         check_data_path(path, given)
+    for prefix, taskset in _tasksets(cfg):
+        check_media_rows(prefix, taskset)
     tc = cfg.trainer.trainer_config
     if (
         cfg.mode in ("both", "train")

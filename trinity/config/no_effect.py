@@ -126,6 +126,14 @@ NO_EFFECT: dict[str, str] = {
         f"{_STORAGES[4]}.{key}": "an auxiliary buffer is read in its selector's order"
         for key in _QUEUE_KEYS
     },
+    **{
+        f"{storage}.format.{key}": (
+            "images are read from tasksets only (simple_mm_workflow): SFT and DPO rows are "
+            "trained on their text, without their images"
+        )
+        for storage in _STORAGES[3:]
+        for key in ("image_key", "video_key")
+    },
     # trainer
     "trainer.trainer_type": "verl and torch name the same built-in trainer",
     "trainer.enable_preview": "no rollout preview is sent: samples are in trinity view and the buffer",
@@ -270,21 +278,30 @@ def set_without_effect(cfg: Config) -> list[tuple[str, str]]:
     keys from others, and only what the user wrote is reported. Stage overrides count too.
     Arguments of ``NO_EFFECT_ARGS`` count whenever the policy loss's args name them.
     """
-    fields = schema_fields()
     plain = to_plain(cfg)
-    found = list(_walk(plain, Config, "", "", fields))
+    found = [(where, NO_EFFECT[key]) for key, where in set_keys(cfg) if key in NO_EFFECT]
     found += _loss_args(plain["algorithm"], None, "algorithm.")
     if cfg.cluster.gpu_per_node == 0:
         found += _gpu_only(cfg)
+    for index, stage in enumerate(cfg.stages):
+        override = stage.algorithm
+        if isinstance(override, Mapping):
+            found += _loss_args(override, plain["algorithm"], f"stages[{index}].algorithm.")
+    return found
+
+
+def set_keys(cfg: Config) -> list[tuple[str, str]]:
+    """``(key, where)`` of each leaf key ``cfg`` sets to a non-default value: ``key`` as
+    ``docs/config.md`` writes it, ``where`` the path in this config (list indices, entry
+    names, ``stages[i].`` for a stage's override). ``cfg`` as written, not resolved."""
+    fields = schema_fields()
+    found = list(_walk(to_plain(cfg), Config, "", "", fields))
     for index, stage in enumerate(cfg.stages):
         for section in STAGE_SECTIONS:
             override = getattr(stage, section)
             if isinstance(override, Mapping):
                 cls = type(getattr(cfg, section))
                 found += _walk(override, cls, f"{section}.", f"stages[{index}].{section}.", fields)
-                if section == "algorithm":
-                    where = f"stages[{index}].algorithm."
-                    found += _loss_args(override, plain["algorithm"], where)
     return found
 
 
@@ -351,8 +368,8 @@ def _walk(
         key, where = f"{pattern}{name}", f"{path}{name}"
         nested, shape = nested_dataclass(types[name])
         if nested is None or value is None:
-            if key in NO_EFFECT and value != default_of(fields[key]):
-                yield where, NO_EFFECT[key]
+            if value != default_of(fields[key]):
+                yield key, where
         elif shape == "list" and isinstance(value, list):
             for i, item in enumerate(value):
                 if isinstance(item, Mapping):
