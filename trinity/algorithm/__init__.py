@@ -8,7 +8,6 @@ Importing this package fills the registries.
 
 from trinity.algorithm import advantage, entropy, kl, policy_loss, sample_strategy
 from trinity.algorithm.advantage import AdvantageFn, AdvantageInputs, MissingInputError
-from trinity.algorithm.algorithm_type import AlgorithmType
 from trinity.algorithm.args import InvalidArgsError, build, build_args
 from trinity.algorithm.entropy import EntropyLoss
 from trinity.algorithm.kl import KLFn
@@ -35,6 +34,7 @@ from trinity.algorithm.utils import (
     masked_var,
     masked_whiten,
 )
+from trinity.config.algorithm_defaults import AlgorithmType
 
 __all__ = [
     "ADVANTAGE_FN",

@@ -2,8 +2,8 @@
 
 ``resolve`` fills every part the user left unset from this table; a part set in the
 config always wins. ``"none"`` as a part name means the part is switched off. This table
-is the one source of the algorithm types: ``trinity.algorithm.ALGORITHM_TYPE`` is built
-from it.
+is the one source of the algorithm types: ``trinity.algorithm.ALGORITHM_TYPE`` registers
+its records.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ NONE = "none"
 
 
 @dataclass(frozen=True)
-class AlgorithmDefaults:
+class AlgorithmType:
     """Default parts and requirements of one algorithm type."""
 
     advantage_fn: str
@@ -41,63 +41,57 @@ class AlgorithmDefaults:
     best_of_group: bool = False  # train only on each group's best-rewarded rollouts (raft)
 
 
-ALGORITHM_DEFAULTS: dict[str, AlgorithmDefaults] = {
-    "sft": AlgorithmDefaults(
+ALGORITHM_DEFAULTS: dict[str, AlgorithmType] = {
+    "sft": AlgorithmType(
         NONE, "sft", NONE, NONE, NONE, "default", False, False, False, use_rollout=False
     ),
-    "ppo": AlgorithmDefaults("ppo", "ppo", NONE, "k2", "default", "default", True, False, False),
-    "grpo": AlgorithmDefaults("grpo", "ppo", NONE, "k2", "default", "default", False, False, True),
-    "opmd": AlgorithmDefaults("opmd", "opmd", NONE, "k2", "default", "default", False, False, True),
-    "dpo": AlgorithmDefaults(
+    "ppo": AlgorithmType("ppo", "ppo", NONE, "k2", "default", "default", True, False, False),
+    "grpo": AlgorithmType("grpo", "ppo", NONE, "k2", "default", "default", False, False, True),
+    "opmd": AlgorithmType("opmd", "opmd", NONE, "k2", "default", "default", False, False, True),
+    "dpo": AlgorithmType(
         NONE, "dpo", NONE, NONE, NONE, "default", False, True, False, 2, use_rollout=False
     ),
-    "mix": AlgorithmDefaults("grpo", "mix", NONE, "k2", "default", "mix", False, False, True),
-    "rloo": AlgorithmDefaults("rloo", "ppo", NONE, "k2", "default", "default", False, False, True),
-    "reinforceplusplus": AlgorithmDefaults(
+    "mix": AlgorithmType("grpo", "mix", NONE, "k2", "default", "mix", False, False, True),
+    "rloo": AlgorithmType("rloo", "ppo", NONE, "k2", "default", "default", False, False, True),
+    "reinforceplusplus": AlgorithmType(
         "reinforceplusplus", "ppo", NONE, "k2", "default", "default", False, False, False
     ),
-    "gspo": AlgorithmDefaults("grpo", "gspo", NONE, NONE, "default", "default", False, False, True),
+    "gspo": AlgorithmType("grpo", "gspo", NONE, NONE, "default", "default", False, False, True),
     # -- types composed of existing parts --
-    "cpt": AlgorithmDefaults(
+    "cpt": AlgorithmType(
         NONE, "sft", NONE, NONE, NONE, "default", False, False, False, use_rollout=False
     ),
-    "asymre": AlgorithmDefaults("asymre", "opmd", NONE, NONE, NONE, "default", False, False, True),
-    "topr": AlgorithmDefaults(
+    "asymre": AlgorithmType("asymre", "opmd", NONE, NONE, NONE, "default", False, False, True),
+    "topr": AlgorithmType(
         "reinforce", "topr", NONE, "k2", "default", "default", False, False, False
     ),
-    "cispo": AlgorithmDefaults(
-        "grpo", "cispo", NONE, "k2", "default", "default", False, False, True
-    ),
-    "sapo": AlgorithmDefaults("grpo", "sapo", NONE, "k2", "default", "default", False, False, True),
+    "cispo": AlgorithmType("grpo", "cispo", NONE, "k2", "default", "default", False, False, True),
+    "sapo": AlgorithmType("grpo", "sapo", NONE, "k2", "default", "default", False, False, True),
     # M2PO trains on stale rollouts: no KL, no entropy term, no reference model
-    "m2po": AlgorithmDefaults("grpo", "m2po", NONE, NONE, NONE, "default", False, False, True),
-    "mix_chord": AlgorithmDefaults(
-        "grpo", "mix_chord", NONE, "k2", "mix", "mix", False, False, True
-    ),
-    "sppo": AlgorithmDefaults("opmd", "sppo", NONE, NONE, NONE, "default", False, False, True),
-    "rec": AlgorithmDefaults("rec", "rec", NONE, "k2", "default", "default", False, False, True),
-    "grpo_verl": AlgorithmDefaults(
+    "m2po": AlgorithmType("grpo", "m2po", NONE, NONE, NONE, "default", False, False, True),
+    "mix_chord": AlgorithmType("grpo", "mix_chord", NONE, "k2", "mix", "mix", False, False, True),
+    "sppo": AlgorithmType("opmd", "sppo", NONE, NONE, NONE, "default", False, False, True),
+    "rec": AlgorithmType("rec", "rec", NONE, "k2", "default", "default", False, False, True),
+    "grpo_verl": AlgorithmType(
         "grpo_verl", "ppo", NONE, "k2", "default", "default", False, False, True
     ),
     # -- on-policy distillation (a teacher among explorer.auxiliary_models) --
-    "on_policy_distill": AlgorithmDefaults(
+    "on_policy_distill": AlgorithmType(
         "on_policy_distill", "ppo", NONE, NONE, NONE, "default", False, False, False
     ),
-    "jsd": AlgorithmDefaults("jsd", "ppo", NONE, NONE, NONE, "default", False, False, False),
+    "jsd": AlgorithmType("jsd", "ppo", NONE, NONE, NONE, "default", False, False, False),
     # -- DAPO, multi-step and filtering types --
-    "dapo": AlgorithmDefaults(
+    "dapo": AlgorithmType(
         *("grpo", "ppo", NONE, NONE, "default", "default", False, False, True),
         policy_loss_fn_args={"clip_range_low": 0.2, "clip_range_high": 0.28, "clip_ratio_c": None},
         dynamic_sampling=True,
     ),
-    "multi_step_grpo": AlgorithmDefaults(
+    "multi_step_grpo": AlgorithmType(
         "step_wise_grpo", "ppo", NONE, "k2", "default", "default", False, False, True
     ),
-    "gigpo": AlgorithmDefaults(
-        "gigpo", "ppo", NONE, "k2", "default", "default", False, False, True
-    ),
+    "gigpo": AlgorithmType("gigpo", "ppo", NONE, "k2", "default", "default", False, False, True),
     # RAFT keeps each group's best rollouts; a group of one keeps it when it scored > 0
-    "raft": AlgorithmDefaults(
+    "raft": AlgorithmType(
         NONE, "sft", NONE, NONE, NONE, "default", False, False, False, best_of_group=True
     ),
 }
@@ -129,7 +123,7 @@ PART_KINDS = {
 }
 
 
-def defaults_for(algorithm_type: str) -> AlgorithmDefaults:
+def defaults_for(algorithm_type: str) -> AlgorithmType:
     """The table row of ``algorithm_type``; ConfigError naming the known types otherwise."""
     try:
         return ALGORITHM_DEFAULTS[algorithm_type]

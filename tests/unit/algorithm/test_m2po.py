@@ -83,4 +83,4 @@ def test_m2po_type_record():
     spec = ALGORITHM_TYPE.get("m2po")
     assert (spec.policy_loss_fn, spec.advantage_fn) == ("m2po", "grpo")
     assert (spec.kl_loss_fn, spec.kl_penalty_fn, spec.entropy_loss_fn) == ("none",) * 3
-    assert not spec.use_reference and not spec.use_critic and spec.min_repeat_times == 2
+    assert not spec.needs_reference and not spec.use_critic and spec.needs_group

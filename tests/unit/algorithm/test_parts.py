@@ -120,12 +120,12 @@ def test_every_algorithm_type_names_registered_parts():
     for name in ALGORITHM_TYPE.names():
         spec = ALGORITHM_TYPE.get(name)
         assert spec.policy_loss_fn in POLICY_LOSS_FN
-        assert spec.advantage_fn is None or spec.advantage_fn in ADVANTAGE_FN
+        assert spec.advantage_fn == "none" or spec.advantage_fn in ADVANTAGE_FN
         assert spec.kl_loss_fn in KL_FN and spec.kl_penalty_fn in KL_FN
         assert spec.entropy_loss_fn in ENTROPY_LOSS_FN
         assert spec.sample_strategy in SAMPLE_STRATEGY
     assert ALGORITHM_TYPE.get("ppo").use_critic
-    assert ALGORITHM_TYPE.get("dpo").repeat_times == 2
+    assert ALGORITHM_TYPE.get("dpo").fixed_repeat_times == 2
 
 
 def experience(version: int) -> Experience:

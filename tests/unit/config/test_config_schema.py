@@ -41,26 +41,33 @@ def test_defaults_survive_the_strict_conversion() -> None:
     assert config_from_dict(to_dict(Config())) == Config()
 
 
-# (use_reference, min_repeat_times, repeat_times, use_rollout), written out by hand:
-# a reference model runs for a KL part or for DPO; group advantages need 2 rollouts a task
+# (needs_reference, needs_group, fixed_repeat_times, use_rollout), written out by hand: DPO's
+# loss compares with the reference; group advantages need 2 rollouts a task
 EXPECTED_FLAGS = {
-    "sft": (False, 1, None, False),  # no KL part, trains on a dataset
-    "ppo": (True, 1, None, True),  # k2 KL loss; GAE needs no group
-    "grpo": (True, 2, None, True),
-    "dpo": (True, 1, 2, False),  # no KL part, but the loss compares with the reference
-    "gspo": (False, 2, None, True),  # both KL parts are none
+    "sft": (False, False, None, False),  # trains on a dataset
+    "ppo": (False, False, None, True),  # GAE needs no group
+    "grpo": (False, True, None, True),
+    "dpo": (True, False, 2, False),  # one chosen and one rejected response
+    "gspo": (False, True, None, True),
 }
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_FLAGS))
-def test_algorithm_type_records_derive_their_flags(name: str) -> None:
+def test_algorithm_type_registry_holds_the_table_records(name: str) -> None:
     from trinity.algorithm.registries import ALGORITHM_TYPE
 
     record = ALGORITHM_TYPE.get(name)
-    flags = (record.use_reference, record.min_repeat_times, record.repeat_times, record.use_rollout)
-    assert flags == EXPECTED_FLAGS[name]
-    # the table's "none" is the record's None: the loss needs no advantages
-    expected_advantage = {"sft": None, "dpo": None, "ppo": "ppo", "grpo": "grpo", "gspo": "grpo"}
+    assert record is ALGORITHM_DEFAULTS[name]
+    flags = (record.needs_reference, record.needs_group, record.fixed_repeat_times)
+    assert (*flags, record.use_rollout) == EXPECTED_FLAGS[name]
+    # "none": the loss needs no advantages
+    expected_advantage = {
+        "sft": "none",
+        "dpo": "none",
+        "ppo": "ppo",
+        "grpo": "grpo",
+        "gspo": "grpo",
+    }
     assert record.advantage_fn == expected_advantage[name]
 
 
