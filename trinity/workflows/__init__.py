@@ -23,16 +23,16 @@ from trinity.workflows import math_boxed as _math_boxed  # noqa: F401
 from trinity.workflows import math_eval as _math_eval  # noqa: F401
 from trinity.workflows import math_workflow as _math_workflow  # noqa: F401
 from trinity.workflows import multi_turn as _multi_turn  # noqa: F401
+from trinity.workflows import multi_turn_tool as _multi_turn_tool  # noqa: F401
 from trinity.workflows import on_policy_distill as _on_policy_distill  # noqa: F401
 from trinity.workflows import reward_model as _reward_model  # noqa: F401
 from trinity.workflows import rubric_judge as _rubric_judge  # noqa: F401
-from trinity.workflows import simple_mm as _simple_mm  # noqa: F401
 from trinity.workflows import ruler as _ruler  # noqa: F401
 from trinity.workflows import sciworld as _sciworld  # noqa: F401
+from trinity.workflows import simple_mm as _simple_mm  # noqa: F401
 from trinity.workflows import step_wise as _step_wise  # noqa: F401
 from trinity.workflows import sudoku as _sudoku  # noqa: F401
 from trinity.workflows import thinking_budget as _thinking_budget  # noqa: F401
-from trinity.workflows import tool_call as _tool_call  # noqa: F401
 from trinity.workflows import toolcall as _toolcall  # noqa: F401
 from trinity.workflows.base import Workflow
 from trinity.workflows.registry import WORKFLOWS

@@ -18,7 +18,7 @@ from trinity.models.history import merge_conversations
 from trinity.models.wrapper import ModelWrapper
 from trinity.types import Task
 from trinity.workflows.conversation import Conversation
-from trinity.workflows.tool_call import ToolCallWorkflow
+from trinity.workflows.multi_turn_tool import ToolCallWorkflow
 from trinity.workflows.tools import CALCULATOR_SPEC
 
 # what follows every assistant header: nothing / an open think block / an empty one

@@ -11,8 +11,8 @@ import pytest
 
 from trinity.config import ConfigError, config_from_dict, resolve, validate
 from trinity.config.lookups import BUILTIN_NAMES, check_lookups
+from trinity.workflows.multi_turn_tool import ToolCallWorkflow
 from trinity.workflows.registry import WORKFLOWS
-from trinity.workflows.tool_call import ToolCallWorkflow
 from trinity.workflows.toolcall import ToolCallN1Workflow
 
 
