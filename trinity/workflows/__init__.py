@@ -33,7 +33,7 @@ from trinity.workflows import simple_mm as _simple_mm  # noqa: F401
 from trinity.workflows import step_wise as _step_wise  # noqa: F401
 from trinity.workflows import sudoku as _sudoku  # noqa: F401
 from trinity.workflows import thinking_budget as _thinking_budget  # noqa: F401
-from trinity.workflows import toolcall as _toolcall  # noqa: F401
+from trinity.workflows import tool_call as _tool_call  # noqa: F401
 from trinity.workflows.base import Workflow
 from trinity.workflows.registry import WORKFLOWS
 

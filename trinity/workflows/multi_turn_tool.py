@@ -1,7 +1,7 @@
 """``multi_turn_tool_workflow``: the policy may call python tools before it answers.
 
 (Trinity-RFT's ``tool_call_workflow`` is another workflow, one reply of function calls
-scored against a ToolACE row: ``trinity/workflows/toolcall.py``.)
+scored against a ToolACE row: ``trinity/workflows/tool_call.py``.)
 
 The task row holds the question (``prompt_key``), the reference answer
 (``response_key``) and the tools it may use (``tools_key``, OpenAI-style specs, each

@@ -27,7 +27,7 @@ from trinity.workflows.frozen_lake import SYSTEM_PROMPT, FrozenLakeEnv, parse_ac
 from trinity.workflows.reward_model import RM_PROMPT, yes_probability
 from trinity.workflows.rubric_judge import parse_rubric_rating
 from trinity.workflows.ruler import THINK_ANSWER_SYSTEM_PROMPT, parse_ruler_scores, scaled_gold
-from trinity.workflows.toolcall import toolcall_reward
+from trinity.workflows.tool_call import toolcall_reward
 
 ROW = {"question": "What is 2 + 3?", "answer": "5"}
 RUBRIC = [{"description": "States the sum.", "weight": 2}]

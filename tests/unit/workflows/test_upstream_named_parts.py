@@ -18,7 +18,7 @@ from trinity.workflows.frozen_lake import (
 from trinity.workflows.reward_model import yes_probability
 from trinity.workflows.rubric_judge import format_rubrics, parse_rubric_rating
 from trinity.workflows.ruler import parse_ruler_scores, scaled_gold
-from trinity.workflows.toolcall import toolace_messages, toolcall_reward
+from trinity.workflows.tool_call import toolace_messages, toolcall_reward
 
 CALL = '[{"name": "weather", "arguments": {"city": "Paris", "days": 2}}]'
 

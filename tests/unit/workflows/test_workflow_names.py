@@ -13,7 +13,7 @@ from trinity.config import ConfigError, config_from_dict, resolve, validate
 from trinity.config.lookups import BUILTIN_NAMES, check_lookups
 from trinity.workflows.multi_turn_tool import ToolCallWorkflow
 from trinity.workflows.registry import WORKFLOWS
-from trinity.workflows.toolcall import ToolCallN1Workflow
+from trinity.workflows.tool_call import ToolCallN1Workflow
 
 
 def test_both_upstream_names_are_the_toolace_workflow() -> None:
