@@ -138,6 +138,8 @@ def experience_to_dict(exp: Experience) -> dict[str, Any]:
     out["prompt_text"] = exp.prompt_text
     out["response_text"] = exp.response_text
     out["temperature"] = None if exp.temperature is None else float(exp.temperature)
+    # the images' tensors are stored once per digest beside the lines (buffer/media_store.py)
+    out["media_digest"] = None if exp.media is None else exp.media.digest
     return out
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from trinity.buffer.codec import experience_from_dict, experience_to_dict
 from trinity.buffer.errors import InvalidRows, MalformedRowError
+from trinity.buffer.media_store import MediaDir
 from trinity.buffer.superseded import Superseded
 from trinity.types import Experience
 
@@ -51,13 +52,16 @@ class JsonlWriter:
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         self._file = open(self.path, "a+b")  # readable: the partial-line check reads
         self._lock = threading.Lock()
+        self.media = MediaDir(self.path)  # images' tensors, once per prompt
         with self._lock, _file_lock(self._file.fileno()):
             self._drop_partial_line()
 
     def write(self, exps: Iterable[Experience]) -> list[int]:
         """Append ``exps``; returns the byte offset of each one's line."""
         # encode everything first so an unstorable experience writes nothing
+        exps = list(exps)
         lines = [(json.dumps(experience_to_dict(exp)) + "\n").encode("utf-8") for exp in exps]
+        self.media.put(exps)  # before the lines that name them
         if not lines:
             return []
         with self._lock, _file_lock(self._file.fileno()):
@@ -79,7 +83,7 @@ class JsonlWriter:
                 f.seek(offset)
                 raw = f.readline()
                 if raw.endswith(b"\n"):
-                    found[offset] = experience_from_dict(json.loads(raw))
+                    found[offset] = with_media(json.loads(raw), self.media)
         return found
 
     def _drop_partial_line(self) -> None:
@@ -125,6 +129,7 @@ class JsonlReader:
         self._line = 0  # number of lines consumed so far
         self._superseded: Superseded | None = None  # lines read_new skips (a resume)
         self._lock = threading.Lock()
+        self.media = MediaDir(self.path)
 
     def read_new(self, n: int) -> list[Experience]:
         """Up to ``n`` complete lines written after the last ones this reader returned."""
@@ -172,9 +177,16 @@ class JsonlReader:
             obj = json.loads(raw)
             if not isinstance(obj, dict):
                 raise TypeError(f"expected a JSON object, got {type(obj).__name__}")
-            return experience_from_dict(obj)
+            return with_media(obj, self.media)
         # torch raises RuntimeError for a shape that does not match the data
-        except (ValueError, KeyError, TypeError, AttributeError, RuntimeError) as exc:
+        except (
+            ValueError,
+            KeyError,
+            TypeError,
+            AttributeError,
+            RuntimeError,
+            FileNotFoundError,
+        ) as exc:
             message = f"{self.path}, line {line}: not a stored experience ({_describe(exc)})"
             if not self.skip_invalid:
                 raise MalformedRowError(message) from exc
@@ -187,6 +199,14 @@ class JsonlReader:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._offset = int(state["offset"])
         self._line = int(state["line"])
+
+
+def with_media(obj: dict[str, Any], media: MediaDir) -> Experience:
+    """The experience of a decoded line, with its images' tensors when it names some."""
+    exp = experience_from_dict(obj)
+    if obj.get("media_digest"):
+        exp.media = media.get(str(obj["media_digest"]))
+    return exp
 
 
 def _describe(exc: Exception) -> str:

@@ -96,6 +96,8 @@ class ExperienceColumns:
     messages: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
     prompt_text: Mapped[str | None] = mapped_column(DisplayText, nullable=True)
     response_text: Mapped[str | None] = mapped_column(DisplayText, nullable=True)
+    # a vision-language rollout's images: their tensors are a row of <table>_media
+    media_digest: Mapped[str | None] = mapped_column(Text, nullable=True, index=True)
 
     @classmethod
     def from_experience(cls, exp: Experience) -> Any:
@@ -130,6 +132,7 @@ class ExperienceColumns:
             messages=check_json(exp.messages, "messages"),
             prompt_text=exp.prompt_text,
             response_text=exp.response_text,
+            media_digest=None if exp.media is None else exp.media.digest,
         )
 
     def to_experience(self) -> Experience:
@@ -162,6 +165,16 @@ class ExperienceModel(ExperienceColumns, Base):
     __tablename__ = EXPERIENCE_TABLE
 
 
+class MediaColumns:
+    """One prompt's images as the model takes them (``Experience.media``), shared by the
+    experience rows whose ``media_digest`` names it: the tensors' bytes one after the
+    other in ``tensors``, each one's dtype, shape and byte range in ``tensor_meta``."""
+
+    digest: Mapped[str] = mapped_column(Text, primary_key=True)
+    tensors: Mapped[bytes] = mapped_column(LargeBinary)
+    tensor_meta: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
 class TaskColumns:
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     raw: Mapped[dict[str, Any]] = mapped_column(JSON)  # the taskset row as read from its source
@@ -192,6 +205,20 @@ def experience_model(table_name: str = EXPERIENCE_TABLE) -> type[ExperienceColum
                 {"__tablename__": table_name},
             )
         return _EXPERIENCE_MODELS[table_name]
+
+
+_MEDIA_MODELS: dict[str, type[MediaColumns]] = {}
+
+
+def media_model(experience_table: str = EXPERIENCE_TABLE) -> type[MediaColumns]:
+    """The mapped class of the media table of ``experience_table`` (``<name>_media``)."""
+    name = f"{experience_table}_media"
+    with _MODELS_LOCK:
+        if name not in _MEDIA_MODELS:
+            _MEDIA_MODELS[name] = type(
+                f"MediaModel_{name}", (MediaColumns, Base), {"__tablename__": name}
+            )
+        return _MEDIA_MODELS[name]
 
 
 def task_model(table_name: str = TASK_TABLE) -> type[TaskColumns]:

@@ -39,15 +39,23 @@ from sqlalchemy.orm import Session
 
 from trinity.buffer.codec import check_json
 from trinity.buffer.errors import InvalidRows, MalformedRowError, StorageTimeout
+from trinity.buffer.media_store import (
+    MediaCache,
+    distinct_media,
+    media_from_bytes,
+    media_to_bytes,
+)
 from trinity.buffer.schema import (
     EXPERIENCE_TABLE,
     TASK_TABLE,
     Base,
     experience_model,
+    media_model,
     task_model,
 )
 from trinity.buffer.superseded import Superseded
 from trinity.config.schema.buffer import CONNECT_TIMEOUT, LOCK_TIMEOUT
+from trinity.models.multimodal import MediaInputs
 from trinity.types import Experience
 
 LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE of a lock_timeout
@@ -210,8 +218,11 @@ class SQLExperienceStorage:
         self.skip_invalid = skip_invalid
         self.invalid = InvalidRows()  # undecodable rows skipped by read_new
         self.model = experience_model(table_name)
+        self.media_model = media_model(table_name)
+        self.media_cache = MediaCache()
         self.engine = open_engine(url_or_path, connect_timeout, lock_timeout)
         create_table(self.engine, self.model.__table__)
+        self._media_table_ready = False  # created by the first write with images
         self._cursor = 0  # largest id handed out by read_new
         self._superseded: Superseded | None = None  # rows read_new skips (a resume)
         # one writer at a time inside a process; SQLite would otherwise retry on its lock
@@ -220,12 +231,19 @@ class SQLExperienceStorage:
 
     def write(self, exps: Iterable[Experience]) -> list[int]:
         """Append ``exps`` in one transaction (all or nothing); returns their row ids."""
+        exps = list(exps)
         rows = [self.model.from_experience(exp) for exp in exps]
         if not rows:
             return []
+        media = distinct_media(exps)
+        if media and not self._media_table_ready:
+            create_table(self.engine, self.media_model.__table__)
+            self._media_table_ready = True
         with self._write_lock, Session(self.engine) as sess, sess.begin():
             if self.engine.dialect.name == "postgresql":
                 sess.execute(text(f"LOCK TABLE {self._quoted_table} IN EXCLUSIVE MODE"))
+            if media:
+                self._add_media(sess, media)
             sess.add_all(rows)
             sess.flush()
             return [row.id for row in rows]
@@ -278,11 +296,33 @@ class SQLExperienceStorage:
             last = sess.scalar(select(func.max(self.model.id))) or 0
             self._superseded = Superseded(end=int(last) + 1, step=after_step)
 
+    def _add_media(self, sess: Session, media: dict[str, MediaInputs]) -> None:
+        """Store the media not stored yet (one row per digest, however many rollouts)."""
+        table = self.media_model
+        stored = set(sess.scalars(select(table.digest).where(table.digest.in_(list(media)))))
+        for digest, item in media.items():
+            if digest not in stored:
+                blob, meta = media_to_bytes(item)
+                sess.add(table(digest=digest, tensors=blob, tensor_meta=meta))
+
+    def _media(self, digest: str) -> MediaInputs:
+        cached = self.media_cache.get(digest)
+        if cached is not None:
+            return cached
+        with Session(self.engine) as sess:
+            row = sess.get(self.media_model, digest)
+            if row is None:
+                raise KeyError(f"media {digest} (the experience's images) is not stored")
+            return self.media_cache.put(media_from_bytes(row.tensors, row.tensor_meta, digest))
+
     def _decode(self, rows: Iterable[Any], invalid: InvalidRows) -> list[Experience]:
         out = []
         for row in rows:
             try:
-                out.append(row.to_experience())
+                exp = row.to_experience()
+                if row.media_digest:
+                    exp.media = self._media(row.media_digest)
+                out.append(exp)
             # a row written by other tools: bad tensor_meta, byte count or JSON shape
             except (ValueError, KeyError, TypeError, AttributeError, RuntimeError) as exc:
                 message = (
