@@ -127,8 +127,8 @@ def build_tiny_qwen2_5_vl(smollm2_dir: Path, out: Path) -> Path:
         min_pixels=56 * 56, max_pixels=64 * 64, patch_size=14, merge_size=2, temporal_patch_size=2
     )
     # without torchvision there is no video processor: the processor takes images only
-    processor_class = Qwen2_5_VLProcessor if _has_torchvision() else images_only_class(
-        Qwen2_5_VLProcessor
+    processor_class = (
+        Qwen2_5_VLProcessor if _has_torchvision() else images_only_class(Qwen2_5_VLProcessor)
     )
     processor = processor_class(
         image_processor=image_processor, tokenizer=tokenizer, chat_template=template
@@ -187,7 +187,10 @@ def build_tiny_idefics3(smollm2_dir: Path, out: Path) -> Path:
         max_image_size={"longest_edge": 64},
     )
     processor = Idefics3Processor(
-        image_processor=image_processor, tokenizer=tokenizer, image_seq_len=4, chat_template=template
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        image_seq_len=4,
+        chat_template=template,
     )
     return _save(model, processor, _generation_config(tokenizer), out)
 

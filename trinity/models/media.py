@@ -37,7 +37,10 @@ def load_images(value: Any, where: str) -> list[Any]:
     if value is None:
         return []
     items = list(value) if isinstance(value, (list, tuple)) else [value]
-    return [load_image(item, f"{where}[{i}]" if len(items) > 1 else where) for i, item in enumerate(items)]
+    return [
+        load_image(item, f"{where}[{i}]" if len(items) > 1 else where)
+        for i, item in enumerate(items)
+    ]
 
 
 def load_videos(value: Any, where: str) -> list[list[Any]]:
@@ -90,7 +93,9 @@ def _image_bytes(value: Any, where: str) -> bytes:
             return bytes(value["bytes"])
         if value.get("path"):
             return _image_bytes(str(value["path"]), where)
-        raise MediaError(f"{where}: an image dict needs 'bytes' or 'path', got keys {sorted(value)}")
+        raise MediaError(
+            f"{where}: an image dict needs 'bytes' or 'path', got keys {sorted(value)}"
+        )
     if isinstance(value, Path):
         value = str(value)
     if not isinstance(value, str) or not value:
@@ -126,14 +131,18 @@ def _read(path: Path, where: str) -> bytes:
     try:
         return path.read_bytes()
     except OSError as exc:
-        raise MediaError(f"{where}: cannot read image file {str(path)!r} ({exc.strerror})") from None
+        raise MediaError(
+            f"{where}: cannot read image file {str(path)!r} ({exc.strerror})"
+        ) from None
 
 
 def _kind(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
 
-def row_media(row: dict[str, Any], fmt: dict[str, Any], where: str) -> tuple[list[Any], list[list[Any]]]:
+def row_media(
+    row: dict[str, Any], fmt: dict[str, Any], where: str
+) -> tuple[list[Any], list[list[Any]]]:
     """(images, videos) of a task row under its format's ``image_key`` / ``video_key``;
     a key the format does not name, or a null value, gives none."""
     images: list[Any] = []

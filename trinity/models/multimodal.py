@@ -136,13 +136,17 @@ def images_only_class(cls: type) -> type:
     class ImagesOnly(cls):  # type: ignore[misc, valid-type]
         # transformers lists a processor's parts from its __init__'s parameters
         def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
-            super().__init__(image_processor, tokenizer, None, chat_template=chat_template, **kwargs)
+            super().__init__(
+                image_processor, tokenizer, None, chat_template=chat_template, **kwargs
+            )
 
     ImagesOnly.__name__ = ImagesOnly.__qualname__ = cls.__name__
     return ImagesOnly
 
 
-def split_media(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[Any], list[Any]]:
+def split_media(
+    messages: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], list[Any], list[Any]]:
     """Messages whose image parts are bare ``{"type": "image"}`` placeholders, and the
     images and videos they held, in order. Parts may be ``{"type": "image", "image": X}``
     or OpenAI's ``{"type": "image_url", "image_url": {"url": ...}}`` (URLs as
@@ -330,7 +334,10 @@ def token_types(config: Any, input_ids: torch.Tensor) -> torch.Tensor:
 
 
 def media_positions(
-    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, media: dict[str, torch.Tensor]
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    media: dict[str, torch.Tensor],
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Position ids of left-padded rows with their media, and each row's offset for the
     tokens that follow: ((3, B, L), (B,)) for models with multimodal rotary positions
@@ -352,7 +359,10 @@ def media_positions(
 
 
 def media_forward_inputs(
-    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, media: dict[str, torch.Tensor]
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    media: dict[str, torch.Tensor],
 ) -> dict[str, Any]:
     """Keyword arguments of a forward pass over left-padded rows with their media: the
     media tensors (on the ids' device) and the position ids."""

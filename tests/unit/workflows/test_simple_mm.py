@@ -47,14 +47,19 @@ def test_messages_put_the_images_before_the_question(tmp_path: Path) -> None:
 
 
 def test_an_unreadable_image_fails_the_task_naming_row_and_key() -> None:
-    with pytest.raises(MediaError, match=r"taskset 'squares', row 4, key 'images' \(format.image_key\): image file '/missing.png' does not exist"):
+    with pytest.raises(
+        MediaError,
+        match=r"taskset 'squares', row 4, key 'images' \(format.image_key\): image file '/missing.png' does not exist",
+    ):
         mm_messages(_task("/missing.png"))
 
 
 def test_the_workflow_samples_and_scores_each_rollout(tiny_idefics3_dir: Path) -> None:
     with rollout_engine(model_path=str(tiny_idefics3_dir), dtype="float32") as engine:
         model = ModelWrapper(engine, max_response_tokens=4)
-        workflow = WORKFLOWS.get("async_simple_mm_workflow")(_task(png_data_url(squares_image(3))), model)
+        workflow = WORKFLOWS.get("async_simple_mm_workflow")(
+            _task(png_data_url(squares_image(3))), model
+        )
         exps = asyncio.run(workflow.run_async())
     assert len(exps) == 2 and [e.eid.run for e in exps] == [0, 1]
     assert all(e.reward == 0.0 and e.media is exps[0].media for e in exps)
