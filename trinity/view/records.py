@@ -17,7 +17,7 @@ import json
 import math
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import inspect, select
@@ -62,6 +62,8 @@ class ExperienceView:
     prompt_length: int
     metrics: dict[str, Any]
     info: dict[str, Any]
+    # the prompt's images as its messages keep them: data URLs (thumbnails) or paths
+    images: list[str] = field(default_factory=list)
 
     @property
     def mean_logprob(self) -> float | None:
@@ -89,6 +91,7 @@ class ExperienceView:
             ],
             "metrics": json_safe(self.metrics),
             "info": json_safe(self.info),
+            "images": list(self.images),
         }
 
 
@@ -230,6 +233,7 @@ class ExperienceSource:
             prompt_length=_number("prompt_length", exp.prompt_length, int),
             metrics=dict(exp.metrics),
             info={k: v for k, v in exp.info.items() if k != "model_version"},
+            images=message_images(exp.messages),
         )
 
     def close(self) -> None:
@@ -247,6 +251,17 @@ def _database_errors(path: str) -> Iterator[None]:
         cause = getattr(exc, "orig", None) or exc
         first = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
         raise ViewSourceError(f"cannot read the database '{path}': {first}") from exc
+
+
+def message_images(messages: list[dict[str, Any]] | None) -> list[str]:
+    """The image references (data URLs or paths) of ``messages``' image parts."""
+    found = []
+    for message in messages or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        for part in content if isinstance(content, list) else []:
+            if isinstance(part, dict) and part.get("type") == "image" and part.get("image"):
+                found.append(str(part["image"]))
+    return found
 
 
 def _check_table(path: str, table: str) -> None:

@@ -30,6 +30,8 @@ def experience_text(view: ExperienceView, token_limit: int | None = None) -> str
         f"reward {fmt(view.reward)}  mean logprob {fmt(view.mean_logprob)}"
     )
     lines = [head, "prompt:", _indent(view.prompt), "response:", _indent(view.response)]
+    if view.images:
+        lines.append(f"images: {', '.join(_clip(ref, 60) for ref in view.images)}")
     shown = view.tokens if token_limit is None else view.tokens[:token_limit]
     if shown:
         cells = [f"{t.text!r}({fmt(t.logprob, 2)}){'' if t.trained else '*'}" for t in shown]
@@ -155,6 +157,7 @@ def detail_html(view: Row, total: int) -> str:
     )
     body = (
         f"{_detail_nav(view.index, total)}<h1>Experience {view.index}</h1><p>{facts}</p>"
+        f"{images_html(view.images)}"
         f"<h2>Prompt</h2><pre>{html.escape(view.prompt)}</pre>"
         f"<h2>Response</h2><pre>{html.escape(view.response)}</pre>"
         "<h2>Response tokens</h2><p>shade: probability of the token under the rollout policy "
@@ -164,6 +167,20 @@ def detail_html(view: Row, total: int) -> str:
         f"<h2>Info</h2><pre>{html.escape(json.dumps(json_safe(view.info), indent=2, sort_keys=True))}</pre>"
     )
     return _page(f"experience {view.index}", body)
+
+
+def images_html(images: list[str]) -> str:
+    """The prompt's images: a PNG/JPEG data URL as an image, a path or URL as text (the
+    viewer serves no files of its own machine)."""
+    if not images:
+        return ""
+    shown = []
+    for ref in images:
+        if ref.startswith(("data:image/png;base64,", "data:image/jpeg;base64,")):
+            shown.append(f"<img class='prompt-image' src='{html.escape(ref, quote=True)}'>")
+        else:
+            shown.append(f"<code>{html.escape(_clip(ref))}</code>")
+    return f"<h2>Images</h2><p>{' '.join(shown)}</p>"
 
 
 def _detail_nav(index: int, total: int) -> str:
