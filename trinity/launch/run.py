@@ -5,13 +5,13 @@
              the progress bar, the summary); each stage after the first starts from the
              previous stage's final weights, which that stage exports as a Hugging Face
              directory (``global_step_<N>/actor/huggingface``) and hands its actors on
-             (``stage_actors``); mode bench (``bench``) and mode serve run in this process
+             (``stage_actors``); mode bench (``bench_mode``) and mode serve run in this process
     cleanup: a stage that fails (or is interrupted) stops every actor it started, those
              still starting included; the actors kept for a next stage stop when the
              run ends or fails, so a program calling ``run()`` is left holding none
 
 The pieces: ``plugins`` (user code every process imports), ``stage`` (one stage on Ray),
-``buffer_actor``, ``weight_file``, ``follow`` (progress), ``summary``, ``bench``.
+``buffer_actor``, ``follow`` (progress), ``summary``, ``bench_mode``.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def run(config: Config, plugin_dirs: Sequence[str | Path] = ()) -> list[dict[str
             if previous_model is not None:
                 stage = start_from(stage, previous_model)
             if stage.mode == "bench":
-                from trinity.launch.bench import run_bench
+                from trinity.launch.bench_mode import run_bench
 
                 result = run_bench(stage)
             elif stage.mode == "serve":

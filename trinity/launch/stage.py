@@ -83,9 +83,9 @@ def run_stage(
     from trinity.launch.roles import ExplorerRole, TrainerRole
     from trinity.launch.summary import summarise
     from trinity.launch.trainer_group import start_trainer, write_placement
-    from trinity.launch.weight_file import weight_slot
     from trinity.models.resolve import resolve_model_path
     from trinity.sync.synchronizer import Synchronizer
+    from trinity.sync.weight_slot import run_slot
 
     mode = config.mode
     trainer_actors = None
@@ -134,7 +134,7 @@ def run_stage(
     # sync_method memory on one node: the weights travel through one shared-memory file
     hand_on = export_final and kept is not None  # another stage follows
     kept = kept if kept is not None else StageActors()
-    with weight_slot(config) as slot:
+    with run_slot(config) as slot:
         # each actor with the key under which a next stage may take it over (None: never)
         actors: list[tuple[Any, Any]] = []
         rebuilding: list[Any] = []  # kept actors building this stage's role

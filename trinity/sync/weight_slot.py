@@ -11,7 +11,8 @@ sized for one version and rewritten in place.
 The synchronizer keeps the two ends apart: the trainer writes only while no explorer
 reads (``begin_write`` .. ``publish``) and an explorer reads only a version that is not
 being overwritten (``begin_read`` .. ``end_read``). The driver creates the file
-(:func:`new_slot_path`) and removes it when the run ends (:func:`remove_slot`).
+(:func:`new_slot_path`) and removes it when the run ends (:func:`remove_slot`), both
+through :func:`run_slot`, which makes one for a run that can use it.
 
 Every process that uses the file holds a shared ``flock`` on it: the driver from
 creation to removal, the trainer's writer and each reader while they map it. A driver
@@ -26,6 +27,7 @@ says so once and the weights go through Ray's object store.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import mmap
@@ -33,12 +35,15 @@ import os
 import sys
 import uuid
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
+
+    from trinity.config import Config
 
 SHM_DIR = Path("/dev/shm")
 PREFIX = "trinity-weights-"
@@ -109,6 +114,24 @@ def remove_slot(path: str | None) -> None:
         fd = _held.pop(path, None)
         if fd is not None:
             os.close(fd)
+
+
+@contextlib.contextmanager
+def run_slot(config: Config) -> Iterator[str | None]:
+    """The slot of a ``sync_method: memory`` run in mode both whose Ray cluster is this
+    one node (None otherwise), removed when the run ends."""
+    import ray
+
+    path = None
+    if config.mode == "both" and config.synchronizer.sync_method == "memory":
+        here = ray.get_runtime_context().get_node_id()
+        nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
+        if nodes == [here]:
+            path = new_slot_path()
+    try:
+        yield path
+    finally:
+        remove_slot(path)
 
 
 def remove_stale_slots() -> list[str]:
