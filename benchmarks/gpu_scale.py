@@ -31,6 +31,7 @@ otherwise one line says it was skipped. ``--tiny`` (4 prompts x 2 rollouts, 8 to
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import random
 import statistics
@@ -286,6 +287,9 @@ def run_trl(model_dir: Path, work: Work, device: torch.device, steps: int) -> li
             generation_kwargs={"min_new_tokens": work.tokens},  # every row at full length
             temperature=1.0,
             learning_rate=LR,
+            lr_scheduler_type="constant",
+            warmup_steps=0,
+            gradient_checkpointing=False,  # as trinity's trainer here
             max_steps=steps,
             save_strategy="no",
             report_to="none",
@@ -375,6 +379,8 @@ def main() -> int:
             )
         finally:
             bench.close()
+            bench = None  # type: ignore[assignment]  # TRL below gets the memory back
+            gc.collect()
         peak_memory = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
         timed = results[args.warmup :]
         for i, r in enumerate(timed, 1):
@@ -412,7 +418,11 @@ def main() -> int:
             return 0
         if device.type == "cuda":
             torch.cuda.empty_cache()
-        trl_times = run_trl(model_dir, work, device, args.warmup + args.steps)[args.warmup :]
+        try:
+            trl_times = run_trl(model_dir, work, device, total)[args.warmup :]
+        except Exception as error:  # a TRL version whose options differ: say so, exit 1
+            print(f"trl baseline: failed ({type(error).__name__}: {error})")
+            return 1
         print(spread("trl step", trl_times))
         trinity_step = statistics.median(r["step"] for r in timed)
         print(f"trinity/trl step-time ratio: {trinity_step / statistics.median(trl_times):.3f}")

@@ -288,6 +288,8 @@ class SlotCache:
 
     def read(self, slots: Sequence[int]) -> list[tuple[bool, bool, int, int]]:
         """(live, stopped, tokens generated, position) of ``slots``: one host sync."""
+        if not slots:
+            return []
         index = torch.tensor(list(slots), device=self.device)
         state = torch.stack(
             [

@@ -172,6 +172,24 @@ def test_each_bucket_key_is_captured_once(static):
     assert [[s.token_ids for s in g] for g in first] == [[s.token_ids for s in g] for g in second]
 
 
+def test_cancelled_rows_free_their_slots(static):
+    """A request cancelled before it starts gets no tokens; one cancelled while decoding
+    stops at the next host read; the others decode as if alone."""
+    decoder = ContinuousDecoder(static._fast, max_slots=2, capture=eager, sync_every=4)
+    reads = iter(range(1000))
+    params = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+    entries = [
+        DecodeEntry(PROMPTS[0], params, None, 0, cancelled=lambda: True),
+        DecodeEntry(PROMPTS[1], params, None, 1, cancelled=lambda: next(reads) >= 2),
+        DecodeEntry(PROMPTS[2], params, None, 2),
+    ]
+    generators = [row_generators(None, 1, torch.Generator()) for _ in entries]
+    never, cut, whole = decoder.decode(entries, generators, 2048, 0, set(), 0)
+    assert never[0].token_ids == []
+    assert 0 < len(cut[0].token_ids) < 40
+    assert whole[0].token_ids == static.generate([PROMPTS[2]], params)[0][0].token_ids
+
+
 def test_device_sampler_draws_what_sample_tokens_draws():
     """Same logits, same uniform numbers: the same tokens and logprobs as the reference
     sampler, with greedy, top-k, top-p and banned rows mixed."""
