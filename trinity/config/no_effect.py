@@ -32,7 +32,10 @@ _NO_TP = (
     "not implemented on our engines: a replica computes on one device, though on a GPU "
     "cluster the device plan reserves this many GPUs for it"
 )
-_NO_GRAPHS = "vLLM-only: our engines capture no graphs"
+_NO_GRAPHS = (
+    "vLLM's switch: the built-in engine captures its decode steps as CUDA graphs on a GPU "
+    "either way (TRINITY_DECODE=reference decodes without them)"
+)
 _NO_PREFIX_CACHE = "vLLM-only: no KV cache is kept across requests"
 _FSDP = "GPU-only FSDP option: several trainer ranks shard each decoder layer with FSDP2 defaults"
 _NO_SP = "not implemented: sequences are never split over ranks"
