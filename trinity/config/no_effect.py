@@ -298,7 +298,12 @@ def set_keys(cfg: Config) -> list[tuple[str, str]]:
     ``docs/config.md`` writes it, ``where`` the path in this config (list indices, entry
     names, ``stages[i].`` for a stage's override). ``cfg`` as written, not resolved."""
     fields = schema_fields()
-    found = list(_walk(to_plain(cfg), Config, "", "", fields))
+    overrides = {f"stages[].{section}" for section in STAGE_SECTIONS}  # walked below
+    found = [
+        (key, where)
+        for key, where in _walk(to_plain(cfg), Config, "", "", fields)
+        if key not in overrides
+    ]
     for index, stage in enumerate(cfg.stages):
         for section in STAGE_SECTIONS:
             override = getattr(stage, section)
