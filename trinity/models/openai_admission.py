@@ -46,6 +46,8 @@ class AdmissionLimits:
     max_request_tokens: int
     max_queued_rows: int
     key: str = "explorer.rollout_model"
+    max_image_bytes: int = 8 * 1024 * 1024  # decoded bytes of one image_url part
+    allow_local_images: bool = False  # image_url parts may name the server's files
 
     @classmethod
     def from_config(cls, model: Any = None, key: str = "explorer.rollout_model") -> AdmissionLimits:
@@ -59,6 +61,8 @@ class AdmissionLimits:
             max_request_tokens=model.openai_api_max_request_tokens,
             max_queued_rows=model.openai_api_max_queued_rows,
             key=key,
+            max_image_bytes=model.openai_api_max_image_bytes,
+            allow_local_images=model.openai_api_allow_local_images,
         )
 
 

@@ -56,6 +56,12 @@ async def chat_completion(
     _check_token_ids(args["stop_token_ids"], wrapper, "stop_token_ids")
     args["max_tokens"] = body.max_completion_tokens or body.max_tokens
     messages = [m.as_dict() for m in body.messages]
+    if any(isinstance(m.get("content"), list) for m in messages):
+        from trinity.models.openai_admission import AdmissionLimits
+        from trinity.models.openai_images import accept_images
+
+        limits = admission.limits if admission is not None else AdmissionLimits.from_config()
+        messages = accept_images(messages, limits)
     tools = body.tool_specs()
     with _admitted(admission, 1, body.n, args["max_tokens"], wrapper):
         template_tools = None

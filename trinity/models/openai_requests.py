@@ -102,16 +102,29 @@ class _TextPart(BaseModel):
     text: str
 
 
+class _ImageURL(BaseModel):
+    url: str = Field(min_length=1)
+    detail: str | None = None  # accepted; the model's processor decides the resolution
+
+
+class _ImagePart(BaseModel):
+    type: Literal["image_url"]
+    image_url: _ImageURL
+
+
 class _Message(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[_TextPart] | None = None
+    content: str | list[_TextPart | _ImagePart] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        content = self.content
-        if isinstance(content, list):
-            content = "".join(part.text for part in content)
+        content: Any = self.content
+        if isinstance(content, list) and any(isinstance(p, _ImagePart) for p in content):
+            # images stay parts, for a vision-language model (see openai_images)
+            content = [part.model_dump(exclude_none=True) for part in content]
+        elif isinstance(content, list):
+            content = "".join(part.text for part in content if isinstance(part, _TextPart))
         extra = {k: v for k, v in (self.model_extra or {}).items() if v not in (None, [], {})}
         return {"role": self.role, "content": content or "", **extra}
 

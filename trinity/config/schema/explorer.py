@@ -58,6 +58,16 @@ class InferenceModelConfig:
         "most rows (prompts x n) the OpenAI endpoint's requests may have queued or decoding "
         "in the engine; a request past it gets 429 with Retry-After",
     )
+    openai_api_max_image_bytes: int = setting(
+        8 * 1024 * 1024,
+        "largest image (decoded bytes) an image_url part of an OpenAI request may carry; a "
+        "larger one gets 400",
+    )
+    openai_api_allow_local_images: bool = setting(
+        False,
+        "let image_url parts of OpenAI requests name files of the server's machine (paths, "
+        "file:// URLs); off: data URLs only, so a client cannot make the server read its files",
+    )
     enforce_eager: bool = setting(True, "disable graph capture in engines that support it")
     enable_prefix_caching: bool = setting(False, "reuse KV cache across requests sharing a prefix")
     enable_chunked_prefill: bool = setting(False, "split long prefills into chunks (vLLM)")
