@@ -7,6 +7,7 @@
 conversion to dataclasses -> ``resolve`` (pure derived values) -> ``validate``.
 """
 
+from trinity.config.derived import job_dir, resolve
 from trinity.config.errors import ConfigError
 from trinity.config.loader import (
     config_from_dict,
@@ -18,7 +19,6 @@ from trinity.config.loader import (
     to_yaml,
 )
 from trinity.config.report import dry_run_report
-from trinity.config.resolve import job_dir, resolve
 from trinity.config.schema import *  # noqa: F403  (the section classes)
 from trinity.config.schema import __all__ as _schema_all
 from trinity.config.stages import expand_stages

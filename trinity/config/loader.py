@@ -22,10 +22,10 @@ from omegaconf.errors import (
     OmegaConfBaseException,
 )
 
+from trinity.config.derived import check_trainer_config_source, resolve
 from trinity.config.errors import ConfigError
 from trinity.config.interpolation import fill_referenced_defaults
 from trinity.config.notes import log_config_notes
-from trinity.config.resolve import check_trainer_config_source, resolve
 from trinity.config.schema import Config, VerlTrainerConfig
 from trinity.config.spellings import upstream_spellings
 from trinity.config.stages import apply_stage, expand_stages

@@ -24,10 +24,10 @@ from datetime import datetime
 from pathlib import Path
 
 from trinity.config.agentscope_needs import AGENTSCOPE_WORKFLOWS, check_agentscope
+from trinity.config.derived import job_dir as job_dir_of
 from trinity.config.errors import ConfigError, closest
 from trinity.config.external_envs import EXTERNAL_WORKFLOWS, check_external_env
 from trinity.config.media_rows import check_media_rows
-from trinity.config.resolve import job_dir as job_dir_of
 from trinity.config.schema import Config, StorageConfig
 
 # registry kind -> (module whose import registers the built-ins, registry attribute)

@@ -16,8 +16,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from trinity.config.derived import optimizer_differences
 from trinity.config.errors import format_value
-from trinity.config.resolve import optimizer_differences
 from trinity.config.schema import Config
 from trinity.config.spellings import runners_per_engine
 from trinity.config.stages import apply_stage

@@ -11,10 +11,10 @@ import os
 from collections.abc import Sequence
 
 from trinity.config.colocate import colocate_line
+from trinity.config.derived import train_steps
 from trinity.config.device_plan import COLOCATED_SHARE, device_plan
 from trinity.config.loader import to_yaml
 from trinity.config.no_effect import describe
-from trinity.config.resolve import train_steps
 from trinity.config.schema import Config
 
 

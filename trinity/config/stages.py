@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Union
 
+from trinity.config.derived import SOURCE_ATTR, resolve, resolve_run, timestamped
 from trinity.config.errors import ConfigError
-from trinity.config.resolve import SOURCE_ATTR, resolve, resolve_run, timestamped
 from trinity.config.schema import STAGE_SECTIONS, Config, StageConfig, StorageConfig
 from trinity.config.typed_yaml import build, field_types, to_plain
 

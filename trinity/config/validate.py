@@ -21,10 +21,10 @@ from trinity.config.algorithm_defaults import (
     PART_NAMES,
     defaults_for,
 )
+from trinity.config.derived import check_trainer_config_source
 from trinity.config.device_plan import device_plan
 from trinity.config.errors import ConfigError, closest
 from trinity.config.part_args import BUILTIN_PART_ARGS, InvalidArgsError, build_args
-from trinity.config.resolve import check_trainer_config_source
 from trinity.config.schema import (
     LOG_LEVELS,
     Config,

@@ -29,7 +29,7 @@ answering meanwhile; a failed write keeps them for the next ``/commit``.
 
 The endpoint listens on ``explorer.rollout_model.openai_api_host:openai_api_port``; a
 config written for upstream's proxy sets them with ``explorer.proxy_port`` (older:
-``api_port``) and ``explorer.listen_address`` (resolved in trinity/config/resolve.py).
+``api_port``) and ``explorer.listen_address`` (resolved in trinity/config/derived.py).
 
     trinity run --config serve.yaml   # mode: serve; Ctrl-C or SIGTERM commits and stops
 """

@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from trinity.config import ConfigError, config_from_dict, finish_config, read_written, to_dict
-from trinity.config.resolve import check_trainer_config_source
+from trinity.config.derived import check_trainer_config_source
 from trinity.config.schema import Config
 from trinity.studio.fields import FieldSpec
 

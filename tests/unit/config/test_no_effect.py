@@ -97,22 +97,22 @@ _TASK_ONLY = frozenset(
 
 # key -> the config module that reads it and turns it into the keys the run reads
 CONSUMED_IN_CONFIG = {
-    "checkpoint_root_dir": "resolve.py",  # job_dir()
+    "checkpoint_root_dir": "derived.py",  # job_dir()
     "cluster.node_num": "trainer_ranks.py",  # the trainer's ranks on a GPU cluster
-    "buffer.explorer_input.default_eval_workflow_type": "resolve.py",  # eval tasksets' workflow
-    "model.custom_chat_template": "resolve.py",  # every engine's and dataset's chat_template
+    "buffer.explorer_input.default_eval_workflow_type": "derived.py",  # eval tasksets' workflow
+    "model.custom_chat_template": "derived.py",  # every engine's and dataset's chat_template
     "trainer.trainer_config_path": "loader.py",  # read into trainer.trainer_config
     "model.chat_template_path": "loader.py",  # read into model.custom_chat_template
     "explorer.runner_num": "spellings.py",  # Trinity-RFT's older spelling: runner_per_model
-    "trainer.max_token_len_per_gpu": "resolve.py",  # actor.ppo_max_token_len_per_gpu
+    "trainer.max_token_len_per_gpu": "derived.py",  # actor.ppo_max_token_len_per_gpu
     "trainer.trainer_config.trainer.n_gpus_per_node": "trainer_ranks.py",  # trainer layout
     "stages[].stage_name": "stages.py",  # the stage's experiment name
     # Trinity-RFT's serve proxy: mode serve's endpoint on the rollout model
-    "explorer.proxy_port": "resolve.py",
-    "explorer.api_port": "resolve.py",
-    "explorer.listen_address": "resolve.py",
+    "explorer.proxy_port": "derived.py",
+    "explorer.api_port": "derived.py",
+    "explorer.listen_address": "derived.py",
     **{  # Trinity-RFT's data_selector section, copied into task_selector
-        f"{storage}.data_selector.selector_type": "resolve.py" for storage in _STORAGES
+        f"{storage}.data_selector.selector_type": "derived.py" for storage in _STORAGES
     },
     # Trinity-RFT's row kind: checked against what the storage's role and algorithm read
     **{f"{storage}.schema_type": "validate.py" for storage in _STORAGES},

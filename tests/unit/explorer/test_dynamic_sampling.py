@@ -132,8 +132,8 @@ def test_the_training_stream_holds_the_batches_extra_rounds_read(
     # run with it, while dynamic sampling's rounds had read ahead
     from datetime import datetime
 
+    from trinity.config.derived import resolve
     from trinity.config.loader import config_from_dict
-    from trinity.config.resolve import resolve
     from trinity.explorer.explorer import training_batches
 
     config = config_from_dict(
