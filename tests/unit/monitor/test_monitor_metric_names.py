@@ -53,10 +53,8 @@ def _write_tasks(path: Path, offset: int, n: int) -> None:
 @pytest.fixture(scope="module")
 def step_metrics(tiny_model_dir: Path, tmp_path_factory) -> dict[str, list[dict[str, float]]]:
     """``{"explorer": [eval@0, step 1, step 2, eval@2], "trainer": [step 1, step 2]}``."""
+    from trinity import loop
     from trinity.config import load_config
-    from trinity.explorer.explorer import Explorer
-    from trinity.pipeline import ExperiencePipeline
-    from trinity.trainer.trainer import Trainer
 
     tmp = tmp_path_factory.mktemp("steps")
     data = tmp / "data"
@@ -78,24 +76,21 @@ def step_metrics(tiny_model_dir: Path, tmp_path_factory) -> dict[str, list[dict[
             "data_processor.experience_pipeline.operators=[{name: pass_rate_stats}]",
         ],
     )
-    explorer = Explorer(config, model_dir=tiny_model_dir, log_dir=tmp / "log")
-    trainer = Trainer(config, model_dir=tiny_model_dir, total_steps=STEPS)
-    pipeline = ExperiencePipeline(config.data_processor.experience_pipeline.operators)
-    logged: dict[str, list[dict[str, float]]] = {"explorer": [explorer.evaluate(0)], "trainer": []}
+    run = loop.build(config, total_steps=STEPS, model_dir=tiny_model_dir, job_dir=tmp)
+    logged: dict[str, list[dict[str, float]]] = {
+        "explorer": [run.explorer.evaluate(0)],
+        "trainer": [],
+    }
     try:
-        for step in range(1, STEPS + 1):
-            experiences, metrics = explorer.explore_step(step)
-            experiences, pipeline_metrics = pipeline.process(experiences)
-            logged["explorer"].append({**metrics, **pipeline_metrics})
-            train = trainer.train_step(experiences)
-            # added by the trainer actor (trinity.launch.roles): policy lag of the batch
-            versions = [e.model_version for e in experiences]
-            train["trainer/staleness/mean"] = sum(step - 1 - v for v in versions) / len(versions)
-            logged["trainer"].append(train)
-            explorer.load_weights(trainer.weights_for_sync(), step)
-        logged["explorer"].append(explorer.evaluate(STEPS))
+        # the step bodies the actors run (trinity.loop), with the metrics they add
+        for result in loop.run_steps(run, STEPS):
+            assert result.train is not None
+            logged["explorer"].append(result.explore)
+            logged["trainer"].append(result.train)
+        assert len(logged["trainer"]) == STEPS
+        logged["explorer"].append(run.explorer.evaluate(STEPS))
     finally:
-        explorer.close()
+        loop.close(run)
     return logged
 
 
