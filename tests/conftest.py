@@ -112,7 +112,7 @@ def smollm2_dir() -> Path:
     """
     if os.environ.get("TRINITY_SMOL_DIR"):
         return Path(os.environ["TRINITY_SMOL_DIR"])
-    from trinity.models.resolve import DEFAULT_MODEL, resolve_model_path
+    from trinity.models.model_path import DEFAULT_MODEL, resolve_model_path
 
     return resolve_model_path(DEFAULT_MODEL)
 

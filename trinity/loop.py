@@ -94,7 +94,7 @@ def build(
     """
     from trinity.buffer import make_experience_buffer
     from trinity.explorer.explorer import Explorer
-    from trinity.models.resolve import resolve_model_path
+    from trinity.models.model_path import resolve_model_path
     from trinity.trainer.train_input import TrainInput
     from trinity.trainer.trainer import Trainer
 

@@ -233,8 +233,8 @@ def _read_tasks(config: Config, num_tasks: int) -> list[Any]:
 
 def _connect(config: Config) -> tuple[ModelWrapper, list[ModelWrapper]] | None:
     """Wrappers onto the models ``--module inference_model`` serves, or None if none runs."""
+    from trinity.models.model_path import resolve_model_path
     from trinity.models.remote import HttpEngine, RemoteModelError
-    from trinity.models.resolve import resolve_model_path
 
     address_file = _job_dir(config) / ADDRESS_FILE
     if not address_file.exists():
@@ -314,7 +314,7 @@ def _model_configs(config: Config) -> dict[str, InferenceModelConfig]:
 
 def _local_model(config: Config, cfg: InferenceModelConfig, history: bool = True) -> ModelWrapper:
     from trinity.models.engine import TransformersEngine
-    from trinity.models.resolve import resolve_model_path
+    from trinity.models.model_path import resolve_model_path
 
     tc = config.trainer.trainer_config
     # the policy's config as the trainer builds it (trinity/models/overrides.py)

@@ -24,7 +24,7 @@ def run_bench(config: Config) -> dict[str, Any]:
     """
     from trinity.config import to_dict
     from trinity.explorer.bench import Bench
-    from trinity.models.resolve import resolve_model_path
+    from trinity.models.model_path import resolve_model_path
     from trinity.monitor import make_monitor
 
     job_dir = get_job_dir(config)

@@ -48,8 +48,8 @@ from trinity.models.continuous_batching import ContinuousDecoder, decode_mode, r
 from trinity.models.cpu_linear import pack_linears, packing_supported, repack
 from trinity.models.decoding import DecodeEntry, DecodeModel, decode_entries
 from trinity.models.fast_decode import LlamaDecoder
+from trinity.models.model_path import resolve_model_path
 from trinity.models.overrides import model_config
-from trinity.models.resolve import resolve_model_path
 from trinity.models.sampling import Sample, SamplingParams
 from trinity.models.scoring import score_responses, top_logprobs
 from trinity.models.step_graphs import cuda_graph_capture, eager
@@ -104,7 +104,7 @@ class TransformersEngine:
     """Rollout engine: a causal LM from transformers, sampled on the CPU.
 
     Args:
-        model_path: anything :func:`trinity.models.resolve.resolve_model_path` accepts.
+        model_path: anything :func:`trinity.models.model_path.resolve_model_path` accepts.
         dtype: weight and compute dtype, "bfloat16" (default; fast on CPUs with
             AVX512-BF16/AMX), "float32" or "float16".
         max_model_len: longest prompt + response; defaults to the model's

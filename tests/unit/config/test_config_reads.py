@@ -144,7 +144,7 @@ def _step(cfg: Config, job_dir: Path) -> None:
     """Each stage's components built in this process, one step, a checkpoint saved and
     loaded back (what a resume reads)."""
     from trinity import loop
-    from trinity.models.resolve import resolve_model_path
+    from trinity.models.model_path import resolve_model_path
     from trinity.trainer.train_input import TrainInput
     from trinity.trainer.trainer import Trainer
 

@@ -13,7 +13,7 @@ import torch
 from gguf import GGMLQuantizationType
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from trinity.models.resolve import (
+from trinity.models.model_path import (
     DEFAULT_MODEL,
     ModelConversionError,
     ModelNotFoundError,
