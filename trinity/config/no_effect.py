@@ -137,6 +137,18 @@ NO_EFFECT: dict[str, str] = {
         for storage in _STORAGES[3:]
         for key in ("image_key", "video_key")
     },
+    **{
+        f"{storage}.data_selector.{key}": (
+            "difficulty_based draws by the explorer's reward feedback, which only training "
+            "tasksets get: this one draws as random"
+        )
+        for storage in (_STORAGES[2], *_STORAGES[3:])
+        for key in ("feature_keys", "kwargs")
+    },
+    **{
+        f"{taskset}.schema_type": "a taskset's rows are tasks; its format names their columns"
+        for taskset in _STORAGES[:3]
+    },
     # trainer
     "trainer.trainer_type": "verl and torch name the same built-in trainer",
     "trainer.enable_preview": "no rollout preview is sent: samples are in trinity view and the buffer",

@@ -115,7 +115,9 @@ CONSUMED_IN_CONFIG = {
         f"{storage}.data_selector.selector_type": "derived.py" for storage in _STORAGES
     },
     # Trinity-RFT's row kind: checked against what the storage's role and algorithm read
-    **{f"{storage}.schema_type": "validate.py" for storage in _STORAGES},
+    **{
+        f"{storage}.schema_type": "validate.py" for storage in _STORAGES if "taskset" not in storage
+    },
 }
 
 # no-effect key -> file outside trinity/config whose match of the name means something else
@@ -151,6 +153,12 @@ NAME_READ_FOR_SOMETHING_ELSE = {
     "trainer.trainer_config.actor_rollout_ref.actor.optim.total_training_steps": (
         "trainer/critic.py"
     ),
+    # a training taskset's data_selector, which the taskset reader reads for every storage
+    **{
+        key: "buffer/task_reader.py"
+        for key in NO_EFFECT
+        if ".data_selector." in key and "explorer_input.tasksets" not in key
+    },
     # buffer.total_epochs, which the explorer passes to each taskset's reader; the
     # auxiliary buffers' passes
     **{
