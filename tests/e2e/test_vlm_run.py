@@ -19,6 +19,8 @@ from cli_testing import REPO, run_cli
 from test_resume import REWARD_PLUGIN
 from transformers import AutoModelForImageTextToText
 
+from trinity.models.multimodal import is_vision_language, load_processor
+
 EXAMPLE = REPO / "examples" / "vlm"
 
 
@@ -63,3 +65,7 @@ def test_vlm_example_trains_two_steps(tiny_qwen_vl_dir: Path, tmp_path: Path) ->
     assert any(".language_model." in k for k in moved), sorted(moved)[:5]
     # freeze_vision_tower: true in the example
     assert not [k for k in moved if ".visual." in k]
+    # the exported policy loads as the vision-language model it came from
+    exported = job / "global_step_2" / "actor" / "huggingface"
+    assert (exported / "processor_config.json").is_file()
+    assert is_vision_language(exported) and load_processor(exported).image_processor

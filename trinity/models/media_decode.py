@@ -26,7 +26,12 @@ from trinity.models.decoding import (
     left_padded,
     stop_ids,
 )
-from trinity.models.multimodal import MediaInputs, batch_media, media_positions
+from trinity.models.multimodal import (
+    MediaInputs,
+    batch_media,
+    media_forward_inputs,
+    media_positions,
+)
 from trinity.models.sampling import FinishReason, Sample, sample_tokens
 
 
@@ -142,6 +147,25 @@ def decode_media_entries(
         sample = Sample(tokens_out[row], logprobs_out[row], finish[row], model_version)
         grouped[entry_index].append(sample)
     return grouped
+
+
+def score_with_media(
+    model: Any,
+    token_ids: list[int],
+    prompt_length: int,
+    scale: float,
+    media: MediaInputs | None,
+    device: torch.device,
+) -> list[float]:
+    """Logprobs (``log_softmax(logits / scale)``) of one sequence's response tokens
+    given its prompt and the prompt's images: the forward the trainer runs."""
+    ids = torch.tensor([token_ids], device=device)
+    mask = torch.ones_like(ids)
+    inputs = media_forward_inputs(model, ids, mask, batch_media([media]))
+    with torch.inference_mode():
+        logits = model(input_ids=ids, attention_mask=mask, use_cache=False, **inputs).logits
+    logprobs = torch.log_softmax(logits[0, prompt_length - 1 : -1].float() / scale, dim=-1)
+    return logprobs.gather(-1, ids[0, prompt_length:, None]).squeeze(-1).tolist()
 
 
 def _step(model: Any, rows: _Rows, tokens: torch.Tensor) -> torch.Tensor:

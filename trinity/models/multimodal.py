@@ -102,6 +102,37 @@ def model_class(path: str | Path) -> Any:
     return AutoModelForImageTextToText if is_vision_language(path) else AutoModelForCausalLM
 
 
+def config_model_class(config: Any) -> Any:
+    """The transformers auto class for a model built from ``config`` (a ``PretrainedConfig``)."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    vision = getattr(config, "vision_config", None) is not None
+    return AutoModelForImageTextToText if vision else AutoModelForCausalLM
+
+
+# files of a vision-language model's processor, copied into exported model directories
+PROCESSOR_FILES = (
+    "preprocessor_config.json",
+    "processor_config.json",
+    "video_preprocessor_config.json",
+    "chat_template.json",
+    "chat_template.jinja",
+)
+
+
+def copy_processor_files(source: str | Path, target: str | Path) -> list[str]:
+    """Copy the processor files of the model in ``source`` into ``target`` (the ones it
+    has); returns their names."""
+    import shutil
+
+    copied = []
+    for name in PROCESSOR_FILES:
+        if (Path(source) / name).is_file():
+            shutil.copyfile(Path(source) / name, Path(target) / name)
+            copied.append(name)
+    return copied
+
+
 def load_processor(path: str | Path, chat_template: str | None = None) -> Any:
     """The processor in ``path``. Where a processor needs a video processor that this
     machine cannot build (no torchvision), it is loaded for images only: videos then

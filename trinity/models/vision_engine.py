@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from trinity.models.engine import _DTYPES, TransformersEngine, _Request
-from trinity.models.media_decode import MediaEntry, decode_media_entries
+from trinity.models.media_decode import MediaEntry, decode_media_entries, score_with_media
 from trinity.models.model_path import resolve_model_path
 from trinity.models.multimodal import (
     MediaInputs,
@@ -159,6 +159,27 @@ class VisionEngine(TransformersEngine):
         media: Sequence[MediaInputs | None] | None = None,
     ) -> list[list[Sample]]:
         return await asyncio.wrap_future(self.submit(prompts, params, media))
+
+    def compute_logprobs(
+        self,
+        token_ids: list[list[int]],
+        prompt_lengths: list[int],
+        temperature: float = 1.0,
+        media: Sequence[MediaInputs | None] | None = None,
+    ) -> list[list[float]]:
+        """As :meth:`TransformersEngine.compute_logprobs`; ``media``: each sequence's
+        prompt images (their rows are scored one by one, with them)."""
+        if media is None or all(m is None for m in media):
+            return super().compute_logprobs(token_ids, prompt_lengths, temperature)
+        if len(media) != len(token_ids):
+            raise ValueError(f"{len(media)} media inputs for {len(token_ids)} sequences")
+        scale = temperature if temperature > 0 else 1.0
+        return self._batcher.call(
+            lambda: [
+                score_with_media(self.model, ids, plen, scale, m, self.device)
+                for ids, plen, m in zip(token_ids, prompt_lengths, media, strict=True)
+            ]
+        )
 
     def _generate_batch(self, requests: list[_Request]) -> list[list[list[Sample]]]:
         entries: list[MediaEntry] = []

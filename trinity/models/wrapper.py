@@ -235,10 +235,14 @@ class ModelWrapper:
         self._refuse_if_closed()
         if not experiences:
             return []
+        # a vision-language rollout's images, for an engine that takes them
+        media = [e.media for e in experiences]
+        extra = {"media": media} if any(m is not None for m in media) else {}
         values = self.engine.compute_logprobs(
             [e.tokens.tolist() for e in experiences],
             [e.prompt_length for e in experiences],
             temperature,
+            **extra,
         )
         return [torch.tensor(v, dtype=torch.float32) for v in values]
 

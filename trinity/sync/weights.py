@@ -355,8 +355,7 @@ class WeightReceiver:
         return self._applier.full_state_dict(state)
 
     def _build_applier(self):
-        from transformers import AutoModelForCausalLM
-
+        from trinity.models.multimodal import model_class
         from trinity.trainer import lora
 
         if not self.config.model.lora_configs:
@@ -364,7 +363,7 @@ class WeightReceiver:
         import torch
 
         dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}[self.config.model.dtype]
-        base = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=dtype)
+        base = model_class(self.model_dir).from_pretrained(self.model_dir, dtype=dtype)
         scale = lora.config_scaling(self.config.model.lora_configs[0])
         return lora.AdapterApplier(base.state_dict(), scale)
 

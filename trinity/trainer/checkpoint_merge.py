@@ -132,10 +132,12 @@ def _expected_shapes(directory: Path) -> dict[str, torch.Size] | None:
     """
     for candidate in (directory / "huggingface", directory):
         if (candidate / "config.json").is_file():
-            from transformers import AutoConfig, AutoModelForCausalLM
+            from transformers import AutoConfig
+
+            from trinity.models.multimodal import config_model_class
 
             config = AutoConfig.from_pretrained(candidate)
             with torch.device("meta"):
-                model = AutoModelForCausalLM.from_config(config)
+                model = config_model_class(config).from_config(config)
             return {name: t.shape for name, t in model.state_dict().items()}
     return None

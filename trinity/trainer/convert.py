@@ -110,8 +110,8 @@ def _merge_adapter(
     returns the base model's directory. The base is ``--base-model-dir``, else the one the
     adapter was trained on (``base_model_name_or_path`` of its adapter_config.json)."""
     import torch
-    from transformers import AutoModelForCausalLM
 
+    from trinity.models.multimodal import model_class
     from trinity.trainer import lora
 
     adapter_config = lora.read_adapter_config(actor_dir / lora.ADAPTER_DIR)
@@ -121,7 +121,7 @@ def _merge_adapter(
             f"'{actor_dir}' is a LoRA checkpoint whose base model '{base}' is not a local directory; "
             "pass --base-model-dir with the base model the adapter was trained on"
         )
-    model = AutoModelForCausalLM.from_pretrained(base, dtype="auto")
+    model = model_class(base).from_pretrained(base, dtype="auto")
     applier = lora.AdapterApplier(model.state_dict(), lora.scaling(adapter_config))
     try:
         merged = applier.full_state_dict(adapter)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from trinity.models.multimodal import copy_processor_files
 from trinity.trainer import checkpoint as ckpt
 from trinity.trainer import distributed, lora
 
@@ -91,6 +92,8 @@ def save_hf_config(trainer: Trainer, directory: Path) -> None:
     if trainer.model.generation_config is not None:
         trainer.model.generation_config.save_pretrained(directory)
     trainer.tokenizer.save_pretrained(directory)
+    # a vision-language model's processor, so the directory loads as the model it came from
+    copy_processor_files(trainer.model_dir, directory)
 
 
 def model_state(trainer: Trainer) -> dict[str, torch.Tensor]:

@@ -244,10 +244,10 @@ class AdapterApplier:
 
 def save_full_model(config: Any, state_dict: dict[str, torch.Tensor], directory: Path) -> None:
     """Save ``state_dict`` as a Hugging Face model of architecture ``config`` into ``directory``."""
-    from transformers import AutoModelForCausalLM
+    from trinity.models.multimodal import config_model_class
 
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
+        model = config_model_class(config).from_config(config)
     missing, unexpected = model.load_state_dict(state_dict, assign=True, strict=False)
     model.tie_weights()
     still_meta = [n for n, p in model.named_parameters() if p.is_meta]

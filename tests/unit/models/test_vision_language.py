@@ -160,3 +160,11 @@ def test_images_load_from_paths_urls_and_bytes(tmp_path: Path) -> None:
         load_image(str(tmp_path / "bad.png"), "row 1")
     with pytest.raises(MediaError, match="remote URL"):
         load_image("https://example.com/cat.png", "row 2")
+
+
+def test_the_engine_scores_responses_with_their_images(engine) -> None:
+    """``response_logprobs`` (a teacher's view of a rollout) sees the rollout's images."""
+    model = ModelWrapper(engine, max_response_tokens=5)
+    exps = model.chat(_question(4), n=2, temperature=1.0, seed=7)
+    for exp, scored in zip(exps, model.response_logprobs(exps), strict=True):
+        torch.testing.assert_close(scored, exp.logprobs, atol=2e-4, rtol=0)
