@@ -84,9 +84,14 @@ class EngineActor:
         return self.engine.generate(prompts, params, **({"media": media} if media else {}))
 
     def compute_logprobs(
-        self, token_ids: list[list[int]], prompt_lengths: list[int], temperature: float
+        self,
+        token_ids: list[list[int]],
+        prompt_lengths: list[int],
+        temperature: float,
+        media: list[Any] | None = None,
     ) -> list[list[float]]:
-        return self.engine.compute_logprobs(token_ids, prompt_lengths, temperature)
+        extra = {"media": media} if media else {}
+        return self.engine.compute_logprobs(token_ids, prompt_lengths, temperature, **extra)
 
     def load_state_dict(self, state_dict: Any, version: int) -> int:
         """``state_dict``: tensors, their object-store form (``to_object_store``), or a
@@ -175,11 +180,16 @@ class EngineClient:
         )
 
     def compute_logprobs(
-        self, token_ids: list[list[int]], prompt_lengths: list[int], temperature: float = 1.0
+        self,
+        token_ids: list[list[int]],
+        prompt_lengths: list[int],
+        temperature: float = 1.0,
+        media: list[Any] | None = None,
     ) -> list[list[float]]:
         import ray
 
-        return ray.get(self.handle.compute_logprobs.remote(token_ids, prompt_lengths, temperature))
+        call = self.handle.compute_logprobs.remote(token_ids, prompt_lengths, temperature, media)
+        return ray.get(call)
 
     def load_state_dict(self, state_dict: Any, version: int) -> None:
         """Install weights; ``state_dict`` may be a Ray object ref (put once for all engines)."""
