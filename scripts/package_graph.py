@@ -24,19 +24,22 @@ ROOT = Path(__file__).resolve().parents[1] / "trinity"
 
 # Lower layers never import higher ones; packages within one layer may import each
 # other one way, never in a cycle. From the bottom: data types and utilities; the
-# config schema; the pure parts (algorithm maths, rewards); engines, storage and the
-# data service; workflows on top of engines and rewards; experience operators,
-# metric sinks and weight transport; the two roles (explorer, trainer); the viewers;
-# the launcher (and the reference loop); the command, the documented import paths and
-# the generated docs.
+# config schema; the pure parts (algorithm maths, rewards); rollout engines and the
+# data service; workflows on top of engines and rewards; the buffer (its taskset reader
+# asks a workflow which columns it reads), experience operators and metric sinks; the
+# trainer; weight synchronisation, which reads the trainer's checkpoints and adapters;
+# the explorer, which receives the weights; the viewers; the launcher (and the
+# reference loop); the command, the documented import paths and the generated docs.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("types", "utils", "kernels"),
     ("config",),
     ("algorithm", "rewards"),
-    ("models", "buffer", "service"),
+    ("models", "service"),
     ("workflows",),
-    ("pipeline", "monitor", "sync"),
-    ("explorer", "trainer"),
+    ("buffer", "pipeline", "monitor"),
+    ("trainer",),
+    ("sync",),
+    ("explorer",),
     ("view", "studio"),
     ("launch", "loop"),
     ("cli", "common", "project_docs"),
