@@ -69,7 +69,7 @@ def experience_pipeline(config: Config, job_dir: Path | None) -> ExperiencePipel
 
     pipe = config.data_processor.experience_pipeline
     save_path = pipe.input_save_path
-    if save_path is None and job_dir is not None:
+    if not save_path and job_dir is not None:
         save_path = Path(job_dir) / "buffer" / "experience_pipeline_input.jsonl"
     return ExperiencePipeline(
         pipe.operators, save_path if pipe.save_input else None, config.service.data_juicer
