@@ -313,14 +313,14 @@ def _model_configs(config: Config) -> dict[str, InferenceModelConfig]:
 
 
 def _local_model(config: Config, cfg: InferenceModelConfig, history: bool = True) -> ModelWrapper:
-    from trinity.models.engine import TransformersEngine
     from trinity.models.model_path import resolve_model_path
+    from trinity.models.vision_engine import rollout_engine
 
     tc = config.trainer.trainer_config
     # the policy's config as the trainer builds it (trinity/models/overrides.py)
     policy = cfg is config.explorer.rollout_model and tc is not None
-    engine = TransformersEngine(
-        str(resolve_model_path(cfg.model_path)),
+    engine = rollout_engine(
+        model_path=str(resolve_model_path(cfg.model_path)),
         dtype=cfg.dtype or config.model.dtype,
         max_model_len=cfg.max_model_len,
         seed=cfg.seed if cfg.seed is not None else config.seed,

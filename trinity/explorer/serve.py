@@ -295,13 +295,13 @@ def run_serve(config: Any, model_dir: str, logger: logging.Logger | None = None)
     """Mode serve in this process: the rollout engine, its server, until interrupted."""
     from trinity.buffer import make_experience_buffer
     from trinity.config import job_dir
-    from trinity.models.engine import TransformersEngine
+    from trinity.models.vision_engine import rollout_engine
 
     logger = logger or logging.getLogger("trinity.serve")
     rollout, settings = config.explorer.rollout_model, config.explorer.serve
     journal = FeedbackJournal(job_dir(config) / JOURNAL_NAME)
-    engine = TransformersEngine(
-        model_dir, dtype=config.model.dtype, max_model_len=rollout.max_model_len
+    engine = rollout_engine(
+        model_path=model_dir, dtype=config.model.dtype, max_model_len=rollout.max_model_len
     )
     buffer = make_experience_buffer(config.buffer.trainer_input.experience_buffer)
     name = config.model.model_path  # the name the explorer's endpoint serves it under
