@@ -218,7 +218,7 @@ class SlowConstantAdvantage(AdvantageFn):
         advantages = 0.25 * inputs.mask
         return advantages, advantages.clone()
 """
-SLOW_TRAIN_S = 1.0
+SLOW_TRAIN_S = 1.5
 
 
 @pytest.mark.slow
@@ -226,9 +226,11 @@ def test_fully_async_run_never_waits_for_the_trainer(tiny_model_dir: Path, tmp_p
     # two batches in flight: step 2 begins before step 1 is handed on; weights are taken
     # by a background thread as they are published, so no step waits for them, though
     # each train step takes over SLOW_TRAIN_S; the trainer drops experiences more than 2
-    # policy versions old (staleness_control). The same run with sync_style fixed (each
-    # step waits for the previous step's weights) measured 1.1-1.2 s of explorer idle
-    # time before steps 2 and 3, this one at most 0.06 s.
+    # policy versions old (staleness_control). With a 1.0 s train step, the same run with
+    # sync_style fixed (each step waits for the previous step's weights) measured 1.1-1.2 s
+    # of explorer idle time before steps 2 and 3, this one at most 0.06 s on an idle
+    # machine. The bound leaves room for a loaded one: the idle time before step 3 is
+    # step 1's hand-on (pipeline, buffer, monitors) when step 2 finished before it.
     plugins = tmp_path / "plugins"
     plugins.mkdir()
     (plugins / "slow_advantage.py").write_text(SLOW_ADVANTAGE.format(seconds=SLOW_TRAIN_S))
@@ -261,8 +263,8 @@ def test_fully_async_run_never_waits_for_the_trainer(tiny_model_dir: Path, tmp_p
     print("rollout staleness per step:", [r["rollout/staleness"] for r in explored])
     # measured: installs of new weights during a rollout, and the gap before each step
     # with nothing rolling out; a step that waited for the trainer would show its time
-    assert all(r["time/wait_weights"] < SLOW_TRAIN_S / 4 for r in explored)
-    assert all(r["time/explorer_idle"] < SLOW_TRAIN_S / 4 for r in explored)
+    assert all(r["time/wait_weights"] < SLOW_TRAIN_S / 2 for r in explored)
+    assert all(r["time/explorer_idle"] < SLOW_TRAIN_S / 2 for r in explored)
     assert all(0 <= r["rollout/staleness"] <= r["step"] - 1 for r in explored)
     trained = [
         r
