@@ -226,8 +226,8 @@ def _check_stage(cfg: Config) -> None:
         check_agentscope(f"{prefix}.default_workflow_type", name, taskset.workflow_args, judge)
     for path, given in _data_paths(cfg):
         check_data_path(path, given)
-    for prefix, taskset in _tasksets(cfg):
-        check_media_rows(prefix, taskset)
+    for prefix, storage in [*_tasksets(cfg), *_datasets(cfg)]:
+        check_media_rows(prefix, storage)
     tc = cfg.trainer.trainer_config
     if (
         cfg.mode in ("both", "train")
@@ -301,6 +301,27 @@ def _tasksets(cfg: Config) -> Iterator[tuple[str, StorageConfig]]:
     if cfg.mode in ("both", "explore", "bench"):
         for i, taskset in enumerate(ei.eval_tasksets):
             yield f"buffer.explorer_input.eval_tasksets[{i}]", taskset
+
+
+def _datasets(cfg: Config) -> Iterator[tuple[str, StorageConfig]]:
+    """The SFT / DPO datasets the trainer reads in this mode, with their key paths."""
+    from trinity.config.algorithm_defaults import trains_on_dataset
+
+    if cfg.mode not in ("both", "train"):
+        return
+    ti = cfg.buffer.trainer_input
+    for key, storage in ti.auxiliary_buffers.items():
+        yield f"buffer.trainer_input.auxiliary_buffers.{key}", storage
+    if trains_on_dataset(cfg) and ti.experience_buffer is not None:
+        storage = ti.experience_buffer
+        if storage.format.image_key or storage.format.video_key:
+            if cfg.algorithm.algorithm_type == "cpt" or cfg.algorithm.policy_loss_fn == "dpo":
+                raise ConfigError(
+                    "buffer.trainer_input.experience_buffer.format.image_key",
+                    "images are read by SFT datasets only, not by DPO or CPT rows",
+                    value=storage.format.image_key or storage.format.video_key,
+                )
+        yield "buffer.trainer_input.experience_buffer", storage
 
 
 def _data_paths(cfg: Config) -> Iterator[tuple[str, str]]:

@@ -130,14 +130,6 @@ NO_EFFECT: dict[str, str] = {
         for key in _QUEUE_KEYS
     },
     **{
-        f"{storage}.format.{key}": (
-            "images are read from tasksets only (simple_mm_workflow): SFT and DPO rows are "
-            "trained on their text, without their images"
-        )
-        for storage in _STORAGES[3:]
-        for key in ("image_key", "video_key")
-    },
-    **{
         f"{storage}.data_selector.{key}": (
             "difficulty_based draws by the explorer's reward feedback, which only training "
             "tasksets get: this one draws as random"

@@ -145,6 +145,7 @@ class RowConverter:
         limits: Limits = Limits(),
         dataset: str = "",
         template_args: Mapping[str, Any] | None = None,
+        processor: Any = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.fmt = fmt
@@ -152,6 +153,8 @@ class RowConverter:
         self.limits = limits
         self.dataset = dataset
         self.template_args = dict(template_args or {})
+        # a vision-language policy's processor: SFT rows with images (trainer/sft_media.py)
+        self.processor = processor
 
     def __call__(self, row: Mapping[str, Any], index: int) -> Experience:
         if self.kind == "dpo":
@@ -181,6 +184,10 @@ class RowConverter:
                 {"role": "assistant", "content": response},
             ]
             trained = [False] * (len(messages) - 1) + [True]
+        if self.processor is not None:
+            media = self._media_sft(row, index, messages, trained)
+            if media is not None:
+                return media
         chat = self._tokenize(row, index, messages, trained)
         tokens, mask, prompt = _fit(chat, self.limits)
         if prompt >= len(tokens):
@@ -196,6 +203,35 @@ class RowConverter:
             info={"dataset": self.dataset},
             messages=messages,
         )
+
+    def _media_sft(
+        self,
+        row: Mapping[str, Any],
+        index: int,
+        messages: list[dict[str, Any]],
+        trained: list[bool],
+    ) -> Experience | None:
+        """The row as an SFT experience with its images; None when it holds none."""
+        from trinity.models.media import row_media
+        from trinity.trainer.sft_media import MediaRowError, media_sft_row, with_media
+
+        keys = {"image_key": self.fmt.image_key, "video_key": self.fmt.video_key}
+        images, videos = row_media(dict(row), keys, f"dataset '{self.dataset}', row {index}")
+        if not images and not videos:
+            return None
+        try:
+            if sum(trained) != 1:
+                raise MediaRowError("rows with images train on one (the last) assistant turn")
+            return media_sft_row(
+                self.processor,
+                with_media(messages, images, videos),
+                self.template_args,
+                self.limits.max_model_len,
+                self.dataset,
+                index,
+            )
+        except MediaRowError as exc:
+            raise self._error(index, str(exc)) from None
 
     # ------------------------------------------------------------------ CPT
     def cpt(self, row: Mapping[str, Any], index: int) -> Experience:
@@ -357,6 +393,7 @@ class DatasetSource:
         seed: int = 42,
         limits: Limits = Limits(),
         template_args: Mapping[str, Any] | None = None,
+        processor: Any = None,
     ) -> None:
         self.reader = dataset_reader(
             storage,
@@ -372,6 +409,7 @@ class DatasetSource:
             limits=limits,
             dataset=storage.name,
             template_args=template_args,
+            processor=processor,
         )
         self._pending: list[tuple[dict[str, Any], int]] = []
 

@@ -67,6 +67,7 @@ class TrainInput:
                 seed=config.seed,
                 limits=limits,
                 template_args=template_args,
+                processor=media_processor(config, dataset_storage(config), dataset_kind(config)),
             )
         elif read_buffer is None:
             raise TrainInputError(
@@ -91,6 +92,7 @@ class TrainInput:
                 seed=config.seed,
                 limits=limits,
                 template_args=template_args,
+                processor=media_processor(config, storage, "sft"),
             )
 
     def next_batch(self, model_version: int) -> list[Experience]:
@@ -107,3 +109,27 @@ class TrainInput:
             model_version=model_version,
             auxiliary=self.auxiliary,
         )
+
+
+def media_processor(config: Config, storage: Any, kind: str) -> Any:
+    """The policy's processor when ``storage``'s rows carry images (``format.image_key``
+    or ``video_key``) for SFT; None otherwise. Images on a DPO or CPT dataset, or on a
+    text policy, are refused here."""
+    fmt = storage.format
+    if not (fmt.image_key or fmt.video_key):
+        return None
+    from trinity.models.model_path import resolve_model_path
+    from trinity.models.multimodal import is_vision_language, load_processor
+
+    where = f"dataset '{storage.name}'"
+    if kind != "sft":
+        raise TrainInputError(
+            f"{where}: format.image_key / video_key are read by SFT datasets only, not {kind}"
+        )
+    path = resolve_model_path(config.model.model_path)
+    if not is_vision_language(path):
+        raise TrainInputError(
+            f"{where}: format.image_key needs a vision-language model.model_path; "
+            f"'{config.model.model_path}' is a text model"
+        )
+    return load_processor(path, config.model.custom_chat_template)

@@ -128,12 +128,6 @@ NAME_READ_FOR_SOMETHING_ELSE = {
         for owner in ("actor_rollout_ref.ref", "critic.model")
         for key in ("param_offload", "optimizer_offload")
     },
-    # the SFT/DPO rows' format is read whole for its text keys; images are not read there
-    **{
-        f"buffer.trainer_input.{storage}.format.{key}": "trainer/sft_data.py"
-        for storage in ("experience_buffer", "auxiliary_buffers.<name>")
-        for key in ("image_key", "video_key")
-    },
     "trainer.trainer_config.actor_rollout_ref.actor.strategy": "trainer/train_input.py",
     "trainer.trainer_config.critic.strategy": "trainer/train_input.py",
     "trainer.trainer_config.actor_rollout_ref.actor.shuffle": "buffer/task_reader.py",

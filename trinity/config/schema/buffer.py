@@ -46,7 +46,8 @@ class FormatConfig:
     image_key: str | None = setting(
         None,
         "column of the row's image or list of images (path, file:// or data: URL, bytes, "
-        "datasets Image) for a vision-language model (simple_mm_workflow)",
+        "datasets Image) for a vision-language model: tasksets (simple_mm_workflow) and SFT "
+        "datasets",
     )
     video_key: str | None = setting(
         None,
