@@ -6,6 +6,10 @@ hands the whole list to ``run_batch``, which returns one result per item. While 
 runs, new items queue up and form the next batch, so a busy engine batches by itself
 and the window only matters when it is idle.
 
+A running batch may take in items that queued after it started (``take_waiting``: the
+engine's continuous batching refills slots that finished rows freed) and resolve any of
+its items' futures early; ``run_batch`` then returns ``DELIVERED`` for those.
+
 An item whose future was cancelled while it waited is left out of its batch (the
 engine also stops decoding the rows of a request cancelled mid-batch).
 
@@ -29,6 +33,9 @@ from typing import Generic, TypeVar
 logger = logging.getLogger(__name__)
 
 Item = TypeVar("Item")
+# a result of ``run_batch`` saying that it resolved the item's future itself (as soon as
+# that item was done, before the rest of its batch)
+DELIVERED = object()
 Result = TypeVar("Result")
 
 
@@ -65,14 +72,17 @@ class RequestBatcher(Generic[Item, Result]):
         self._window_s = window_s
         self._on_start = on_start
         self._queue: queue.Queue[tuple[Item, Future] | None] = queue.Queue()
+        # the entry taken from the queue that opens the next batch (at most one)
+        self._carry: list[tuple[Item, Future] | None] = []
         self._closed = False
         self._closing = threading.Lock()  # orders submit() against close()
         self._worker = threading.Thread(target=self._serve, name=name, daemon=True)
         self._worker.start()
 
-    def submit(self, item: Item) -> Future:
-        """Queue an item; the future resolves to its result (or its batch's error)."""
-        future: Future = Future()
+    def submit(self, item: Item, future: Future | None = None) -> Future:
+        """Queue an item; the future (``future``, or a new one) resolves to its result (or
+        its batch's error)."""
+        future = Future() if future is None else future
         with self._closing:
             if self._closed:
                 raise RuntimeError("The engine is closed; create a new one.")
@@ -84,6 +94,33 @@ class RequestBatcher(Generic[Item, Result]):
         if threading.current_thread() is self._worker:
             return fn()
         return self.submit(_Call(fn)).result()
+
+    def take_waiting(self, max_size: int) -> list[tuple[Item, Future]]:
+        """Items queued now, taken into the batch that is running (call it from
+        ``run_batch``, on the worker thread): up to ``max_size`` in all (the first one
+        whatever its size), without waiting, and none queued after a ``call`` or a
+        ``close``. Their futures are the caller's to resolve."""
+        taken: list[tuple[Item, Future]] = []
+        size = 0
+        while size < max_size:
+            if self._carry:
+                entry = self._carry.pop()
+            else:
+                try:
+                    entry = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            if (
+                entry is None
+                or isinstance(entry[0], _Call)
+                or (taken and size + self._size_of(entry[0]) > max_size)
+            ):
+                self._carry.append(entry)  # a weight swap, the end, or the next batch
+                break
+            if not entry[1].cancelled():
+                taken.append(entry)
+                size += self._size_of(entry[0])
+        return taken
 
     def close(self) -> None:
         """Serve what is queued, then stop the worker."""
@@ -97,11 +134,9 @@ class RequestBatcher(Generic[Item, Result]):
     def _serve(self) -> None:
         if self._on_start is not None:
             self._on_start()
-        carry: tuple[Item, Future] | None = None
         stopping = False
         while not stopping:
-            first = carry if carry is not None else self._queue.get()
-            carry = None
+            first = self._carry.pop() if self._carry else self._queue.get()
             if first is None:
                 break
             if isinstance(first[0], _Call):
@@ -120,7 +155,7 @@ class RequestBatcher(Generic[Item, Result]):
                     stopping = True
                     break
                 if isinstance(entry[0], _Call) or size + self._size_of(entry[0]) > self.max_size:
-                    carry = entry  # opens the next batch
+                    self._carry.append(entry)  # opens the next batch
                     break
                 if entry[1].cancelled():
                     continue
@@ -143,10 +178,12 @@ class RequestBatcher(Generic[Item, Result]):
         except Exception as error:
             logger.exception("batch of %d requests failed", len(batch))
             for _, future in batch:
-                if future.set_running_or_notify_cancel():
+                if not future.done() and future.set_running_or_notify_cancel():
                     future.set_exception(error)
             return
         for (_, future), result in zip(batch, results, strict=True):
+            if result is DELIVERED:
+                continue
             # a caller may have cancelled its future, even between the check and the set
             if future.set_running_or_notify_cancel():
                 future.set_result(result)

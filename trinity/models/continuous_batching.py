@@ -80,6 +80,7 @@ class _Row:
     generator: torch.Generator
     stops: set[int]
     budget: int  # most new tokens
+    columns: int  # cache columns it fills: prompt + budget
 
 
 class ContinuousDecoder:
@@ -122,12 +123,11 @@ class ContinuousDecoder:
         self.cache = None
         self.graphs.clear()
 
-    def _cache_for(self, rows: list[_Row], columns: int, max_model_len: int) -> SlotCache:
-        """A cache for ``rows`` reaching ``columns``: the current one when it fits, else a
-        bigger one (sizes only grow, so a run that fit once never reallocates or
-        recaptures)."""
-        capacity = cache_capacity(columns, max_model_len)
-        slots = bucket(len(rows), self.max_slots)
+    def _cache_for(self, rows: list[_Row], max_model_len: int) -> SlotCache:
+        """A cache for ``rows``: the current one when it fits, else a bigger one (sizes
+        only grow, so work that fit once never reallocates or recaptures)."""
+        capacity = cache_capacity(max(r.columns for r in rows), max_model_len)
+        slots = self.max_slots
         if self.slot_limit is not None:
             slots = max(1, min(slots, self.slot_limit(capacity)))
         stop_width = max(_MIN_STOP_WIDTH, bucket(max(len(r.stops) for r in rows), 2**31))
@@ -150,120 +150,55 @@ class ContinuousDecoder:
         pad_token_id: int,
         eos_token_ids: set[int],
         model_version: int,
+        more: Callable[[int], tuple[list[DecodeEntry], list[list[torch.Generator]]]] | None = None,
+        on_entry: Callable[[int, list[Sample]], None] | None = None,
     ) -> list[list[Sample]]:
-        """``n`` samples for each entry (``generators[i]``: one per row of entry i)."""
-        rows = [
-            _Row(
-                i,
-                e.params,
-                g,
-                stop_ids(e.params, eos_token_ids),
-                min(e.params.max_tokens or max_model_len, max_model_len - len(e.prompt)),
-            )
-            for i, e in enumerate(entries)
-            for g in generators[i]
-        ]
-        columns = max(len(entries[r.entry].prompt) + r.budget for r in rows)
-        cache = self._cache_for(rows, columns, max_model_len)
-        vocab = int(self.decoder.embed.size(0))
-        width = filter_width([r.params for r in rows], vocab)
-        bans = any(r.params.min_tokens > 0 and r.stops for r in rows)
-        results: list[Sample | None] = [None] * len(rows)
-        waiting = deque(range(len(rows)))
-        free = list(range(cache.slots))  # ascending: newcomers take the lowest slots
-        occupant: dict[int, int] = {}  # slot -> row
-        while waiting or occupant:
-            admitted = self._admit(
-                cache, entries, rows, waiting, free, occupant, width, pad_token_id
-            )
-            state = dict(zip(occupant, cache.read(list(occupant)), strict=True))
-            finished = [
-                s
-                for s, (live, *_) in state.items()
-                if not live or _cancelled(entries[rows[occupant[s]].entry])
-            ]
-            if finished:
-                counts = [state[s][2] for s in finished]
-                for slot, (tokens, logprobs) in zip(
-                    finished, cache.outputs(finished, counts), strict=True
-                ):
-                    reason = "stop" if state[slot][1] else "length"
-                    results[occupant.pop(slot)] = Sample(tokens, logprobs, reason, model_version)
-                cache.free(finished)
-                free = sorted(free + finished)
-            if waiting and free and (finished or admitted):
-                continue  # the freed slots take newcomers before the next step
-            if not occupant:
+        """``n`` samples for each entry (``generators[i]``: one per row of entry i).
+
+        ``more(free_slots)``, called whenever slots are free and no row waits, returns
+        further entries (and their generators) to decode in this run, numbered after the
+        ones before; ``on_entry(i, samples)`` is called as soon as entry i's rows are all
+        done. Returns the samples of every entry, those ``more`` gave included."""
+        run = _Run(self, max_model_len, pad_token_id, eos_token_ids, model_version, on_entry)
+        run.add(entries, generators)
+        cache = run.cache = self._cache_for(run.rows, max_model_len)
+        run.free = list(range(cache.slots))
+        while True:
+            if not run.waiting and run.free and more is not None:
+                run.add(*more(len(run.free)))
+            if not run.waiting and not run.occupant:
+                break
+            admitted = run.admit()
+            if not admitted and not run.occupant and run.waiting:
+                # the next row needs a bigger cache, and no row is in this one
+                cache = run.cache = self._cache_for(
+                    [run.rows[r] for r in run.waiting], max_model_len
+                )
+                run.free = list(range(cache.slots))
                 continue
-            if not waiting:
-                self._compact(cache, occupant, free, state)
-            live_rows = [(s, state[s]) for s in occupant]
+            state, finished = run.harvest()
+            if finished and (run.waiting or more is not None):
+                continue  # the freed slots take newcomers before the next step
+            if not run.occupant:
+                continue
+            if not run.waiting:
+                self._compact(cache, run.occupant, run.free, state)
+            occupied = [run.rows[row] for row in run.occupant.values()]
+            width = filter_width([r.params for r in occupied], run.vocab)
+            bans = any(r.params.min_tokens > 0 and r.stops for r in occupied)
             steps = min(
                 self.sync_every,
-                max(rows[occupant[s]].budget - count for s, (_, _, count, _) in live_rows),
+                max(run.rows[row].budget - state[s][2] for s, row in run.occupant.items()),
             )
-            self._draw(cache, rows, occupant, steps)
-            top = max(occupant) + 1
-            columns = max(position for _, (_, _, _, position) in live_rows) + steps + 1
+            self._draw(cache, run.rows, run.occupant, steps)
+            top = max(run.occupant) + 1
+            columns = max(state[s][3] for s in run.occupant) + steps + 1
             key = (bucket(top, cache.slots), column_bucket(columns, cache.capacity), width, bans)
             step = partial(cache.step, *key)
             for _ in range(steps):
                 self.graphs.run(key, step)
                 self.steps += 1
-        for i, result in enumerate(results):  # a cancelled row still waiting: no tokens
-            if result is None:
-                results[i] = Sample([], [], "length", model_version)
-        grouped: list[list[Sample]] = [[] for _ in entries]
-        for row, sample in zip(rows, results, strict=True):
-            grouped[row.entry].append(sample)  # type: ignore[arg-type]
-        return grouped
-
-    def _admit(
-        self,
-        cache: SlotCache,
-        entries: list[DecodeEntry],
-        rows: list[_Row],
-        waiting: deque[int],
-        free: list[int],
-        occupant: dict[int, int],
-        width: int | None,
-        pad_token_id: int,
-    ) -> bool:
-        """Prefill waiting rows into free slots; whether any came in."""
-        taken: list[tuple[int, int]] = []  # (slot, row)
-        while waiting and len(taken) < len(free):
-            row = waiting.popleft()
-            if not _cancelled(entries[rows[row].entry]):
-                taken.append((free[len(taken)], row))
-        if not taken:
-            return False
-        del free[: len(taken)]
-        prompt_index: dict[int, int] = {}
-        for _, row in taken:
-            prompt_index.setdefault(rows[row].entry, len(prompt_index))
-        prompts = [entries[e].prompt for e in prompt_index]
-        # the first token's draw, as the reference path draws it from the prefill
-        u = torch.tensor(
-            [
-                float(torch.rand(1, generator=rows[r].generator))
-                if rows[r].params.temperature > 0
-                else 0.0
-                for _, r in taken
-            ]
-        ).to(cache.device)
-        cache.admit(
-            [s for s, _ in taken],
-            prompts,
-            [prompt_index[rows[r].entry] for _, r in taken],
-            [rows[r].params for _, r in taken],
-            [rows[r].stops for _, r in taken],
-            [rows[r].budget for _, r in taken],
-            u,
-            width,
-            pad_token_id,
-        )
-        occupant.update(taken)
-        return True
+        return run.grouped()
 
     def _draw(
         self, cache: SlotCache, rows: list[_Row], occupant: dict[int, int], steps: int
@@ -296,6 +231,128 @@ class ContinuousDecoder:
             occupant[target] = occupant.pop(source)
             state[target] = state.pop(source)
         free[:] = sorted(set(free) - set(targets) | set(sources))
+
+
+class _Run:
+    """The rows of one :meth:`ContinuousDecoder.decode` call: waiting, in slots, done."""
+
+    def __init__(
+        self,
+        decoder: ContinuousDecoder,
+        max_model_len: int,
+        pad_token_id: int,
+        eos_token_ids: set[int],
+        model_version: int,
+        on_entry: Callable[[int, list[Sample]], None] | None,
+    ) -> None:
+        self.max_model_len, self.pad_token_id = max_model_len, pad_token_id
+        self.eos_token_ids, self.model_version = eos_token_ids, model_version
+        self.on_entry = on_entry
+        self.vocab = int(decoder.decoder.embed.size(0))
+        self.cache: SlotCache
+        self.entries: list[DecodeEntry] = []
+        self.first_row: list[int] = []  # each entry's first row; its rows follow it
+        self.owed: list[int] = []  # each entry's rows not done yet
+        self.rows: list[_Row] = []
+        self.results: list[Sample | None] = []
+        self.waiting: deque[int] = deque()  # rows without a slot yet, in order
+        self.free: list[int] = []  # free slots, ascending: newcomers take the lowest
+        self.occupant: dict[int, int] = {}  # slot -> row
+
+    def add(self, entries: list[DecodeEntry], generators: list[list[torch.Generator]]) -> None:
+        for entry, entry_generators in zip(entries, generators, strict=True):
+            index = len(self.entries)
+            self.entries.append(entry)
+            self.first_row.append(len(self.rows))
+            self.owed.append(len(entry_generators))
+            room = self.max_model_len - len(entry.prompt)
+            budget = min(entry.params.max_tokens or self.max_model_len, room)
+            stops = stop_ids(entry.params, self.eos_token_ids)
+            for generator in entry_generators:
+                self.waiting.append(len(self.rows))
+                self.rows.append(
+                    _Row(index, entry.params, generator, stops, budget, len(entry.prompt) + budget)
+                )
+                self.results.append(None)
+
+    def finish(self, row: int, sample: Sample) -> None:
+        self.results[row] = sample
+        entry = self.rows[row].entry
+        self.owed[entry] -= 1
+        if self.owed[entry] == 0 and self.on_entry is not None:
+            first = self.first_row[entry]
+            count = len(self.rows) if entry + 1 == len(self.entries) else self.first_row[entry + 1]
+            self.on_entry(entry, self.results[first:count])  # type: ignore[arg-type]
+
+    def admit(self) -> bool:
+        """Prefill waiting rows into free slots, in order, while they fit the cache;
+        whether any came in. Cancelled rows end with no tokens."""
+        cache = self.cache
+        taken: list[tuple[int, int]] = []  # (slot, row)
+        while self.waiting and len(taken) < len(self.free):
+            row = self.rows[self.waiting[0]]
+            if _cancelled(self.entries[row.entry]):
+                self.finish(self.waiting.popleft(), Sample([], [], "length", self.model_version))
+                continue
+            if row.columns > cache.capacity or len(row.stops) > cache.stop_width:
+                break
+            taken.append((self.free[len(taken)], self.waiting.popleft()))
+        if not taken:
+            return False
+        del self.free[: len(taken)]
+        prompt_index: dict[int, int] = {}
+        for _, row in taken:
+            prompt_index.setdefault(self.rows[row].entry, len(prompt_index))
+        rows = [self.rows[r] for _, r in taken]
+        # the first token's draw, as the reference path draws it from the prefill
+        u = torch.tensor(
+            [
+                float(torch.rand(1, generator=r.generator)) if r.params.temperature > 0 else 0.0
+                for r in rows
+            ]
+        ).to(cache.device)
+        cache.admit(
+            [s for s, _ in taken],
+            [self.entries[e].prompt for e in prompt_index],
+            [prompt_index[r.entry] for r in rows],
+            [r.params for r in rows],
+            [r.stops for r in rows],
+            [r.budget for r in rows],
+            u,
+            filter_width([r.params for r in rows], self.vocab),
+            self.pad_token_id,
+        )
+        self.occupant.update(taken)
+        return True
+
+    def harvest(self) -> tuple[dict[int, tuple[bool, bool, int, int]], list[int]]:
+        """Read the occupied slots (one host sync), end their finished or cancelled rows
+        and free their slots: (slot -> (live, stopped, count, position), freed slots)."""
+        cache = self.cache
+        state = dict(zip(self.occupant, cache.read(list(self.occupant)), strict=True))
+        finished = [
+            s
+            for s, (live, *_) in state.items()
+            if not live or _cancelled(self.entries[self.rows[self.occupant[s]].entry])
+        ]
+        if finished:
+            counts = [state[s][2] for s in finished]
+            for slot, (tokens, logprobs) in zip(
+                finished, cache.outputs(finished, counts), strict=True
+            ):
+                reason = "stop" if state[slot][1] else "length"
+                row = self.occupant.pop(slot)
+                self.finish(row, Sample(tokens, logprobs, reason, self.model_version))
+                del state[slot]
+            cache.free(finished)
+            self.free = sorted(self.free + finished)
+        return state, finished
+
+    def grouped(self) -> list[list[Sample]]:
+        grouped: list[list[Sample]] = [[] for _ in self.entries]
+        for row, sample in zip(self.rows, self.results, strict=True):
+            grouped[row.entry].append(sample)  # type: ignore[arg-type]
+        return grouped
 
 
 def _cancelled(entry: DecodeEntry) -> bool:

@@ -42,7 +42,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM
 
-from trinity.models.batcher import RequestBatcher
+from trinity.models.batcher import DELIVERED, RequestBatcher
 from trinity.models.chat import chat_template_args, load_tokenizer, render_chat
 from trinity.models.continuous_batching import ContinuousDecoder, decode_mode, row_generators
 from trinity.models.cpu_linear import pack_linears, packing_supported, repack
@@ -179,7 +179,7 @@ class TransformersEngine:
         # every torch op of the engine (loading, decoding, scoring, weight swaps) runs on
         # this one worker thread, one at a time, so the process keeps a single OpenMP
         # thread team (see trinity.models.batcher) and needs no lock around the weights
-        self._batcher: RequestBatcher[_Request, list[list[Sample]]] = RequestBatcher(
+        self._batcher: RequestBatcher[_Request, Any] = RequestBatcher(
             self._run_requests,
             size_of=lambda r: r.params.n * len(r.prompts),
             max_size=max_batch_size,
@@ -266,9 +266,10 @@ class TransformersEngine:
         the future drops the request from the queue, or its rows from their decode batch
         at the next step."""
         self._check_prompts(prompts)
-        request = _Request([list(p) for p in prompts], params)
-        request.future = self._batcher.submit(request)
-        return request.future
+        # the future is the request's before it is queued: a running batch may take the
+        # request in and resolve it (continuous batching)
+        request = _Request([list(p) for p in prompts], params, Future())
+        return self._batcher.submit(request, request.future)
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
         """Sample ``params.n`` responses for each prompt (blocking, thread-safe).
@@ -407,12 +408,13 @@ class TransformersEngine:
         if self.num_threads is not None:
             torch.set_num_threads(self.num_threads)
 
-    def _run_requests(self, requests: list[_Request]) -> list[list[list[Sample]]]:
+    def _run_requests(self, requests: list[_Request]) -> list[Any]:
         self._retake()
         with torch.inference_mode():
             return self._generate_batch(requests)
 
-    def _generate_batch(self, requests: list[_Request]) -> list[list[list[Sample]]]:
+    def _generate_batch(self, requests: list[_Request]) -> list[Any]:
+        """One result per request (``DELIVERED`` where its future is resolved already)."""
         if self._continuous is not None:
             return self._generate_continuous(requests)
         entries: list[DecodeEntry] = []
@@ -433,34 +435,67 @@ class TransformersEngine:
                 results[entry.request].append(samples)
         return results
 
-    def _generate_continuous(self, requests: list[_Request]) -> list[list[list[Sample]]]:
-        """Every request's rows through the continuous decoder at once (rows beyond its
-        slots wait for a free one); each row samples from its own generator."""
-        entries: list[DecodeEntry] = []
-        generators: list[list[torch.Generator]] = []
-        for index, request in enumerate(requests):
-            if request.cancelled():
-                continue
-            params = request.params
-            rows = row_generators(params.seed, params.n * len(request.prompts), self._generator)
-            for j, prompt in enumerate(request.prompts):
-                entries.append(DecodeEntry(prompt, params, rows[0], index, request.cancelled))
-                generators.append(rows[j * params.n : (j + 1) * params.n])
-        results: list[list[list[Sample]]] = [[] for _ in requests]
-        if not entries:
-            return results
-        self.num_batches += 1
-        samples = self._continuous.decode(  # type: ignore[union-attr]
-            entries,
-            generators,
-            self.max_model_len,
-            self.pad_token_id,
-            self.eos_token_ids,
-            self.model_version,
-        )
-        for entry, group in zip(entries, samples, strict=True):
-            results[entry.request].append(group)
-        return results
+    def _generate_continuous(self, requests: list[_Request]) -> list[object]:
+        """The requests' rows through the continuous decoder (rows beyond its slots wait
+        for a free one), with requests queued meanwhile taken in as slots free up; each
+        request's future is resolved as soon as its rows are done. Each row samples from
+        its own generator."""
+        every: list[_Request] = []
+        samples: list[list[list[Sample]]] = []  # per request, per prompt
+        left: list[int] = []  # per request, prompts not done
+        owner: list[tuple[int, int]] = []  # per entry: (request, prompt)
+
+        def entries_of(new: list[_Request]) -> tuple[list[DecodeEntry], list[list[Any]]]:
+            entries: list[DecodeEntry] = []
+            generators: list[list[torch.Generator]] = []
+            for request in new:
+                index = len(every)
+                every.append(request)
+                samples.append([[] for _ in request.prompts])
+                left.append(len(request.prompts))
+                params = request.params
+                rows = row_generators(params.seed, params.n * len(request.prompts), self._generator)
+                for j, prompt in enumerate(request.prompts):
+                    owner.append((index, j))
+                    entries.append(DecodeEntry(prompt, params, rows[0], index, request.cancelled))
+                    generators.append(rows[j * params.n : (j + 1) * params.n])
+            return entries, generators
+
+        def done(entry: int, group: list[Sample]) -> None:
+            index, prompt = owner[entry]
+            samples[index][prompt] = group
+            left[index] -= 1
+            future = every[index].future
+            if left[index] == 0 and future is not None and future.set_running_or_notify_cancel():
+                future.set_result(samples[index])
+
+        def more(free: int) -> tuple[list[DecodeEntry], list[list[Any]]]:
+            taken = self._batcher.take_waiting(free)
+            return entries_of([item for item, _ in taken])
+
+        started = [r for r in requests if not r.cancelled()]
+        entries, generators = entries_of(started)
+        if entries:
+            self.num_batches += 1
+            try:
+                self._continuous.decode(  # type: ignore[union-attr]
+                    entries,
+                    generators,
+                    self.max_model_len,
+                    self.pad_token_id,
+                    self.eos_token_ids,
+                    self.model_version,
+                    more=more,
+                    on_entry=done,
+                )
+            except BaseException as error:
+                # the batcher answers the requests it handed over; these were taken in
+                for request in every[len(started) :]:
+                    future = request.future
+                    if future is not None and future.set_running_or_notify_cancel():
+                        future.set_exception(error)
+                raise
+        return [DELIVERED] * len(requests)
 
     def _slots_within_budget(self, capacity: int) -> int:
         """Slots of ``capacity`` columns whose KV cache fits ``kv_budget`` (CUDA)."""

@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from trinity.models.batcher import RequestBatcher
+from trinity.models.batcher import DELIVERED, RequestBatcher
 
 
 @pytest.fixture
@@ -71,3 +71,44 @@ def test_an_item_cancelled_while_it_waits_is_left_out_of_its_batch(batcher, seen
     holder.join()
     assert kept.result() == 10
     assert [entry[1] for entry in seen if entry[0] == "batch"] == [[1]]
+
+
+def test_a_running_batch_takes_in_what_queued_until_a_call_and_delivers_early():
+    """run_batch takes the items queued while it runs (up to max_size, not past a call),
+    resolves their futures and its own item's early (DELIVERED), and the call and the
+    item queued after it run afterwards, in order."""
+    started, order = threading.Event(), []
+    queued = threading.Event()
+
+    def run(items):
+        if items == [1]:
+            started.set()
+            queued.wait(5)
+            taken = holder.take_waiting(2)
+            assert [item for item, _ in taken] == [2, 3]  # 4 would pass max_size 2
+            for item, future in taken:
+                future.set_running_or_notify_cancel()
+                future.set_result(item * 10)
+            assert holder.take_waiting(2) == []  # next: the call
+            order.append("batch")
+            return [DELIVERED]
+        order.append(("batch", items))
+        return [i * 10 for i in items]
+
+    holder = RequestBatcher(run, size_of=lambda i: 1, max_size=8, window_s=0.0)
+    try:
+        first = holder.submit(1)
+        started.wait(5)
+        later = [holder.submit(i) for i in (2, 3)]
+        call = threading.Thread(target=holder.call, args=(lambda: order.append("call"),))
+        call.start()
+        time.sleep(0.1)  # the call is queued after 2 and 3
+        last = holder.submit(4)
+        queued.set()
+        assert [f.result(5) for f in later] == [20, 30]
+        assert last.result(5) == 40
+        call.join(5)
+        assert not first.done()  # delivered means the batch resolves it itself: it did not
+        assert order == ["batch", "call", ("batch", [4])]
+    finally:
+        holder.close()

@@ -5,6 +5,7 @@ bookkeeping and one capture per bucket key."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 import torch
@@ -86,6 +87,30 @@ def test_seeded_one_row_requests_sample_as_alone(reference, static):
     assert static.num_batches - batches < len(params)  # some were merged
     for g, prompt, sp in zip(got, prompts, params, strict=True):
         assert_same(g[0], reference.generate([prompt], sp)[0])
+
+
+def test_a_request_queued_during_a_run_takes_a_freed_slot_and_returns_first(
+    tiny_model_dir, reference
+):
+    """A short request submitted while a long one decodes joins the same run in the free
+    slot and is answered while the long one still runs; both as on the reference path."""
+    with TransformersEngine(
+        str(tiny_model_dir), dtype="float32", decode="static", max_batch_size=2, batch_window_s=0
+    ) as engine:
+        long = SamplingParams(temperature=0, max_tokens=300, ignore_eos=True)
+        short = SamplingParams(temperature=1.0, max_tokens=5, seed=9)
+        engine.generate([PROMPTS[1]], short)  # the cache exists: no delay below
+        engine.run_in_worker(lambda: None)  # after that run's end
+        first_run, steps = engine.num_batches, engine._continuous.steps
+        slow = engine.submit([PROMPTS[0]], long)
+        while engine._continuous.steps < steps + 9:
+            time.sleep(0.001)  # until the long row is past its first host read
+        fast = engine.submit([PROMPTS[1]], short)
+        got = fast.result(timeout=60)
+        assert not slow.done()
+        assert engine.num_batches == first_run + 1  # one run for both
+        assert_same(got[0], reference.generate([PROMPTS[1]], short)[0])
+        assert_same(slow.result()[0], reference.generate([PROMPTS[0]], long)[0])
 
 
 def test_stop_token_ids_and_eos_end_rows_as_on_the_reference_path(reference, static):
