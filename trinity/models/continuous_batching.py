@@ -8,8 +8,10 @@ slot cache's step for the bucket of slots in use and columns reached, captured o
 bucket key (:class:`~trinity.models.step_graphs.StepGraphs`: CUDA graphs on a GPU) and
 replayed; sampling and the stop checks stay on the device, and the host reads the slots'
 state every ``SYNC_EVERY`` steps at most (fewer when every live row's budget ends
-sooner). When the queue is empty, live rows in high slots move down so the step's
-bucket shrinks with them.
+sooner). When no row waits, the engine hands over requests queued since the run began
+(``more``), and each request is answered as soon as its rows are done (``on_entry``); with
+nothing more to take, live rows in high slots move down so the step's bucket shrinks
+with them.
 
 Each row draws its uniform numbers from a generator of its own (:func:`row_generators`),
 so a row's samples do not depend on which rows share its steps: the first row of a
