@@ -38,7 +38,9 @@ def cuda_graph_capture() -> Capture:
                 step()
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool):
+        # thread_local: other threads of the process (a trainer, workflow runners) may
+        # use CUDA while the engine's thread captures
+        with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
             step()
         return graph.replay
 
