@@ -108,8 +108,7 @@ def render_counts() -> str:
         f"- {distinct} workflows under {len(workflows)} names (the rest are aliases): "
         f"{_names(workflows)}",
         f"- {len(rewards)} reward functions: {_names(rewards)}",
-        f"- {len(monitor_names)} monitors: {_names(monitor_names)} "
-        f"(`{monitors.ALWAYS_ON}` always)",
+        f"- {len(monitor_names)} monitors: {_names(monitor_names)} (`{monitors.ALWAYS_ON}` always)",
         COUNTS_END,
     ]
     return "\n".join(lines)

@@ -141,6 +141,11 @@ NO_EFFECT: dict[str, str] = {
         f"{taskset}.schema_type": "a taskset's rows are tasks; its format names their columns"
         for taskset in _STORAGES[:3]
     },
+    # model
+    "model.lora_configs[].name": (
+        "one adapter, saved as actor/lora_adapter/ and merged into the rollout weights: no "
+        "engine serves adapters by name"
+    ),
     # trainer
     "trainer.trainer_type": "verl and torch name the same built-in trainer",
     "trainer.enable_preview": "no rollout preview is sent: samples are in trinity view and the buffer",

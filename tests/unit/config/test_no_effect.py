@@ -128,6 +128,7 @@ NAME_READ_FOR_SOMETHING_ELSE = {
         for owner in ("actor_rollout_ref.ref", "critic.model")
         for key in ("param_offload", "optimizer_offload")
     },
+    "model.lora_configs[].name": "trainer/trainer.py",  # every '.name' of the code
     "trainer.trainer_config.actor_rollout_ref.actor.strategy": "trainer/train_input.py",
     "trainer.trainer_config.critic.strategy": "trainer/train_input.py",
     "trainer.trainer_config.actor_rollout_ref.actor.shuffle": "buffer/task_reader.py",
