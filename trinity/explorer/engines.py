@@ -44,7 +44,9 @@ from trinity.models.engine import (
 from trinity.models.sampling import Sample, SamplingParams
 from trinity.models.vision_engine import rollout_engine
 from trinity.models.wrapper import ModelWrapper
+from trinity.sync.collective import WeightGroup, receive_into
 from trinity.sync.weight_slot import SlotReader, SlotState, SlotVersion
+from trinity.sync.weights import from_object_store, to_object_store
 from trinity.utils.resources import ENGINE_CPUS, cluster_gpus, gpu_ids
 
 # concurrent calls an engine actor serves beyond its runners (weight loads, stats)
@@ -97,8 +99,6 @@ class EngineActor:
         """``state_dict``: tensors, their object-store form (``to_object_store``), or a
         version of the node's shared-memory slot (``trinity.sync.weight_slot``), which
         the explorer keeps from being overwritten until every engine has loaded it."""
-        from trinity.sync.weights import from_object_store
-
         if isinstance(state_dict, SlotVersion):
             state_dict = self.slot_reader.read(state_dict)
         elif state_dict and isinstance(next(iter(state_dict.values())), tuple):
@@ -108,15 +108,11 @@ class EngineActor:
 
     def join_weight_group(self, address: Any, rank: int, timeout_s: float) -> None:
         """Join the trainer's weight broadcast group (``sync_method: nccl``)."""
-        from trinity.sync.collective import WeightGroup
-
         self.weight_group = WeightGroup(address, rank, timeout_s)
 
     def receive_weights(self, want_fingerprint: bool) -> tuple[int, str | None] | None:
         """Load the next broadcast weights: (version, fingerprint if wanted), or None
         once the group closed (``trinity.sync.collective.receive_into``)."""
-        from trinity.sync.collective import receive_into
-
         return receive_into(self.weight_group, self.engine, want_fingerprint)
 
     def close(self) -> None:
@@ -320,8 +316,6 @@ class RolloutEngines:
         shared: Any = state_dict
         if remote:
             import ray
-
-            from trinity.sync.weights import to_object_store
 
             if isinstance(state_dict, SlotState):  # every engine reads the node's slot
                 shared = state_dict.version
