@@ -21,6 +21,7 @@ prompt share that one object (the pixel values are never copied per rollout).
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -152,12 +153,18 @@ def load_processor(path: str | Path, chat_template: str | None = None) -> Any:
 def _images_only(path: str | Path, error: Exception) -> Any:
     import transformers
 
-    try:
-        config = json.loads((Path(path) / "processor_config.json").read_text())
-        cls = getattr(transformers, str(config.get("processor_class")))
-    except (OSError, ValueError, AttributeError):
-        raise error from None
-    return images_only_class(cls).from_pretrained(path)
+    # newer directories name the class in processor_config.json, older ones beside the
+    # image processor's or the tokenizer's settings
+    names = ("processor_config.json", "preprocessor_config.json", "tokenizer_config.json")
+    for name in names:
+        try:
+            config = json.loads((Path(path) / name).read_text())
+            cls = getattr(transformers, str(config.get("processor_class")))
+        except (OSError, ValueError, AttributeError):
+            continue
+        if "video_processor" in inspect.signature(cls.__init__).parameters:
+            return images_only_class(cls).from_pretrained(path)
+    raise error
 
 
 def images_only_class(cls: type) -> type:

@@ -168,3 +168,22 @@ def test_the_engine_scores_responses_with_their_images(engine) -> None:
     exps = model.chat(_question(4), n=2, temperature=1.0, seed=7)
     for exp, scored in zip(exps, model.response_logprobs(exps), strict=True):
         torch.testing.assert_close(scored, exp.logprobs, atol=2e-4, rtol=0)
+
+
+def test_a_processor_named_beside_its_image_processor_loads(tiny_qwen_vl_dir: Path, tmp_path):
+    """Older model directories (Qwen2.5-VL's hub snapshots) name the processor class in
+    preprocessor_config.json; without torchvision it loads for images only."""
+    import json
+    import shutil
+
+    from trinity.models.multimodal import load_processor
+
+    old = tmp_path / "qwen"
+    shutil.copytree(tiny_qwen_vl_dir, old)
+    settings = json.loads((old / "processor_config.json").read_text())
+    image_settings = {**settings.pop("image_processor"), "processor_class": "Qwen2_5_VLProcessor"}
+    (old / "preprocessor_config.json").write_text(json.dumps(image_settings))
+    (old / "processor_config.json").unlink()
+    processor = load_processor(old)
+    assert type(processor).__name__ == "Qwen2_5_VLProcessor"
+    assert processor.image_processor.merge_size == 2
