@@ -21,20 +21,23 @@ _MIN_WIDTH = 64  # sampling.filter_logits looks at the top 64 candidates first
 
 def filter_width(params: Iterable[SamplingParams], vocab: int) -> int | None:
     """Candidates :func:`filter_full` must look at for rows sampled with ``params``: None
-    when no row uses top-k or top-p; the largest top-k (at least 64, as
-    ``filter_logits`` starts) when every filtering row has a top-k; else the whole
-    vocabulary (a top-p row's kept set can reach any width; a top-k row beside it then
-    normalizes its top-p mass over more candidates than ``filter_logits`` did, the same
-    value up to float rounding)."""
-    widths = []
+    when no row uses top-k or top-p; when every filtering row has a top-k, the largest
+    top-k rounded up to a power of two (at least 64, where ``filter_logits`` starts), so
+    that requests with other top-k values share a captured step; else the whole
+    vocabulary (a top-p row's kept set can reach any width). A row with both a top-k and
+    a top-p then normalizes its top-p mass over more candidates than ``filter_logits``
+    did (all -inf past its top-k): the same value up to float rounding."""
+    largest = 0
     for p in params:
         if p.top_p < 1 and p.top_k <= 0:
             return vocab
-        if p.top_k > 0:
-            widths.append(p.top_k)
-    if not widths:
+        largest = max(largest, p.top_k)
+    if largest <= 0:
         return None
-    return min(vocab, max(_MIN_WIDTH, *widths))
+    width = _MIN_WIDTH
+    while width < largest:
+        width *= 2
+    return min(vocab, width)
 
 
 def filter_full(

@@ -249,7 +249,10 @@ def test_device_sampler_draws_what_sample_tokens_draws():
 
 def test_filter_width():
     assert filter_width([SamplingParams()], 500) is None
-    assert filter_width([SamplingParams(top_k=10), SamplingParams(top_k=80)], 500) == 80
+    # powers of two: top-k 80 and 100 share a captured step
+    assert filter_width([SamplingParams(top_k=10), SamplingParams(top_k=80)], 500) == 128
+    assert filter_width([SamplingParams(top_k=100)], 500) == 128
+    assert filter_width([SamplingParams(top_k=300)], 500) == 500
     assert filter_width([SamplingParams(top_k=3, top_p=0.5)], 500) == 64
     assert filter_width([SamplingParams(top_k=3), SamplingParams(top_p=0.5)], 500) == 500
 
