@@ -6,13 +6,13 @@ the upstream example configs of ``tests/unit/config/examples/`` go through a dry
 this process, on the tiny model (``trinity.loop.build``: explorer with its engine and
 runners, experience pipeline, buffer, trainer, weight receiver), and run one RL step
 (mode train: the trainer and its input, and one train step). A key counts as read when a
-module outside ``trinity/config/`` reads it, or when it is one of ``CONSUMED_IN_CONFIG``
-(keys the config layer turns into other keys) and that module reads it: validation, the
-dry-run report and ``to_plain`` read every key and prove nothing.
+module outside ``trinity/config/`` or a ``TRANSLATORS`` module reads it, or when it is one
+of ``CONSUMED_IN_CONFIG`` (keys the config layer turns into other keys) and that module
+reads it: validation, the dry-run report and ``to_plain`` read every key and prove nothing.
 
 What this run does not reach is named in ``READ_ELSEWHERE`` with the module that reads
-it there (the Ray roles' loops, the launcher, modes bench and serve); the test checks
-that module still names the field.
+it there (the explorer's and trainer's loops in a run, the launcher, modes bench and
+serve); the test checks that module still names the field.
 
 Keys are compared as ``docs/config.md`` writes them, so a key a config sets counts as
 read when any run reads it (a taskset's ``path`` in one example is read because every
@@ -99,9 +99,9 @@ READ_ELSEWHERE = {
     "cluster.ray_address": "launch/stage.py",
     "explorer.name": "launch/stage.py",  # the actors' names and log files
     "trainer.name": "launch/stage.py",
-    "explorer.eval_interval": "launch/roles.py",  # the explorer role's loop
-    "explorer.eval_on_startup": "launch/roles.py",
-    "trainer.save_interval": "launch/roles.py",  # the trainer role's loop
+    "explorer.eval_interval": "explorer/explore_loop.py",  # the explorer's loop in a run
+    "explorer.eval_on_startup": "explorer/explore_loop.py",
+    "trainer.save_interval": "trainer/train_loop.py",  # the trainer's loop in a run
     "monitor.monitor_type": "launch/roles.py",
     "monitor.monitor_args": "launch/roles.py",
     "service.data_juicer.auto_start": "service/data_juicer/client.py",  # a data_juicer operator
@@ -112,7 +112,7 @@ READ_ELSEWHERE = {
     "synchronizer.sync_interval": "sync/weights.py",
     "synchronizer.sync_timeout": "sync/weights.py",
     "synchronizer.sync_offset": "sync/weights.py",  # the explorer's required version
-    "trainer.trainer_config.trainer.max_actor_ckpt_to_keep": "launch/roles.py",
+    "trainer.trainer_config.trainer.max_actor_ckpt_to_keep": "trainer/train_loop.py",
 }
 
 
@@ -205,9 +205,14 @@ def _written(path: str) -> list[tuple[str, str]]:
             return []
 
 
+# config modules that translate a layout of the file into what the run reads (veRL's
+# trainer_config into the trainer's settings): their reads are the run's
+TRANSLATORS = ("config/upstream/",)
+
+
 def _is_read(key: str, reads: Reads) -> bool:
     readers = reads.readers.get(key, set())
-    if any(not r.startswith(("config/", "<")) for r in readers):
+    if any(not r.startswith(("config/", "<")) or r.startswith(TRANSLATORS) for r in readers):
         return True
     module = CONSUMED_IN_CONFIG.get(key)
     return module is not None and f"config/{module}" in readers

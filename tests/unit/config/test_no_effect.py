@@ -1,5 +1,9 @@
 """No config key does nothing silently: each is read by the run or listed in NO_EFFECT.
 
+The precise check is tests/unit/config/test_config_reads.py, which records the reads of
+real runs for the keys the example configs set. This one is the coarse net for every
+other key of the schema, by names in the source.
+
 The rule, checked statically on every leaf key of the schema (walked as docs/config.md
 is generated): a key is *read* when its field name appears as an attribute access
 (``.name``) or a quoted string (``"name"`` / ``'name'``) in a module of ``trinity/``
