@@ -27,7 +27,7 @@ from trinity.config.agentscope_needs import AGENTSCOPE_WORKFLOWS, check_agentsco
 from trinity.config.derived import job_dir as job_dir_of
 from trinity.config.errors import ConfigError, closest
 from trinity.config.external_envs import EXTERNAL_WORKFLOWS, check_external_env
-from trinity.config.media_rows import check_media_rows
+from trinity.config.media_rows import check_media_model, check_media_rows
 from trinity.config.schema import Config, StorageConfig
 
 # registry kind -> (module whose import registers the built-ins, registry attribute)
@@ -227,6 +227,7 @@ def _check_stage(cfg: Config) -> None:
     for path, given in _data_paths(cfg):
         check_data_path(path, given)
     for prefix, storage in [*_tasksets(cfg), *_datasets(cfg)]:
+        check_media_model(prefix, storage, cfg.model.model_path)
         check_media_rows(prefix, storage)
     tc = cfg.trainer.trainer_config
     if (

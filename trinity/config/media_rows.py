@@ -36,3 +36,25 @@ def check_media_rows(prefix: str, taskset: Any) -> None:
         except MediaError as err:
             key = "image_key" if f"'{fmt.image_key}'" in str(err) else "video_key"
             raise ConfigError(f"{prefix}.format.{key}", str(err), value=keys[key]) from None
+
+
+def check_media_model(prefix: str, taskset: Any, model_path: str) -> None:
+    """A taskset or dataset with images needs a vision-language policy: refuse a local
+    text model directory (a hub id or built-in name is resolved later, by the run)."""
+    fmt = taskset.format
+    if not (fmt.image_key or fmt.video_key) or not model_path:
+        return
+    from pathlib import Path
+
+    from trinity.models.multimodal import is_vision_language
+
+    path = Path(model_path).expanduser()
+    if (path / "config.json").is_file() and not is_vision_language(path):
+        key = "image_key" if fmt.image_key else "video_key"
+        raise ConfigError(
+            f"{prefix}.format.{key}",
+            f"rows with images need a vision-language model, but model.model_path "
+            f"'{model_path}' is a text model",
+            value=getattr(fmt, key),
+            valid="an image-text-to-text model directory (with its processor), or no image key",
+        )

@@ -22,7 +22,7 @@ def _write(path: Path, rows: list[dict]) -> Path:
 
 
 @pytest.fixture
-def env(tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def env(tmp_path: Path, tiny_idefics3_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     image = png_data_url(squares_image(2))
     taskset = _write(
         tmp_path / "geometry3k", [{"problem": "How many?", "answer": "2", "images": [image]}]
@@ -31,7 +31,7 @@ def env(tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -
         tmp_path / "geometry_sft",
         [{"problem": "How many?", "response": "\\boxed{2}", "images": [image]}],
     )
-    monkeypatch.setenv("TRINITY_MODEL_PATH", str(tiny_model_dir))
+    monkeypatch.setenv("TRINITY_MODEL_PATH", str(tiny_idefics3_dir))
     monkeypatch.setenv("TRINITY_TASKSET_PATH", str(taskset))
     monkeypatch.setenv("TRINITY_SFT_DATASET_PATH", str(sft))
     monkeypatch.setenv("TRINITY_CHECKPOINT_ROOT_DIR", str(tmp_path / "checkpoints"))
@@ -55,3 +55,13 @@ def test_an_unreadable_image_fails_the_dry_run_naming_row_and_key(env: Path, cap
     assert len(err) == 1
     assert "buffer.explorer_input.tasksets[0].format.image_key: row 1 of" in err[0]
     assert "key 'images' (format.image_key)" in err[0] and "does not exist" in err[0]
+
+
+def test_images_with_a_text_model_fail_the_dry_run(
+    env: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.setenv("TRINITY_MODEL_PATH", str(tiny_model_dir))
+    assert main(["run", "--config", str(CONFIGS / "grpo_vlm.yaml"), "--dry-run"]) != 0
+    err = capsys.readouterr().err
+    assert "buffer.explorer_input.tasksets[0].format.image_key: rows with images need a " in err
+    assert f"'{tiny_model_dir}' is a text model" in err
