@@ -8,10 +8,11 @@
         close(run)
 
 No Ray: the explorer, pipeline, buffer, trainer and weight receiver are the plain classes
-the Ray actors of ``trinity.launch.roles`` hold. The actors reuse :func:`hand_on` and
-:func:`train` as their step bodies and add what a distributed run needs around them:
-placement, concurrency (steps in flight, the sync schedule), weight transports,
-monitors and checkpoints. Here the schedule is synchronous: explore step ``s`` uses the
+the Ray actors of ``trinity.launch.roles`` hold. The step bodies :func:`hand_on`
+(``trinity.explorer.explore_loop``) and :func:`train` (``trinity.trainer.train_loop``)
+are the ones the run's loops use; those loops add what a distributed run needs around
+them: concurrency (steps in flight, the sync schedule), weight transports, monitors
+and checkpoints. Here the schedule is synchronous: explore step ``s`` uses the
 weights of train step ``s - 1`` (``synchronizer.sync_interval`` steps apart when it is
 larger).
 """
@@ -22,10 +23,12 @@ import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from trinity.config import Config
+from trinity.explorer.explore_loop import experience_pipeline, hand_on
 from trinity.sync import weights
+from trinity.trainer.train_loop import train
 
 if TYPE_CHECKING:  # torch and the models load with the components, not with this module
     from trinity.buffer.experience_buffer import ExperienceBuffer
@@ -60,20 +63,6 @@ class StepResult:
     explore: dict[str, float]  # rollout metrics (``rollout/reward/mean``, ...) and the pipeline's
     train: dict[str, float] | None  # the train step's metrics; None: no batch was read
     version: int  # the policy version the rollout engine holds after the step
-
-
-def experience_pipeline(config: Config, job_dir: Path | None) -> ExperiencePipeline:
-    """``data_processor.experience_pipeline``; with ``save_input`` every batch it gets is
-    also appended to ``input_save_path`` (default: ``<job_dir>/buffer/...``)."""
-    from trinity.pipeline import ExperiencePipeline
-
-    pipe = config.data_processor.experience_pipeline
-    save_path = pipe.input_save_path
-    if not save_path and job_dir is not None:
-        save_path = Path(job_dir) / "buffer" / "experience_pipeline_input.jsonl"
-    return ExperiencePipeline(
-        pipe.operators, save_path if pipe.save_input else None, config.service.data_juicer
-    )
 
 
 def build(
@@ -139,41 +128,6 @@ def close(run: LocalRun, *, keep_explorer: bool = False) -> None:
     run.pipeline.close()
     if not keep_explorer:
         run.explorer.close()
-
-
-def hand_on(
-    step: int,
-    experiences: list[Experience],
-    metrics: dict[str, float],
-    pipeline: ExperiencePipeline,
-    put: Callable[[list[Experience]], Any],
-) -> list[Experience]:
-    """Explore step ``step``'s experiences through the experience pipeline into the buffer
-    (``put``); adds the step's staleness and the pipeline's metrics to ``metrics`` and
-    returns what was put."""
-    metrics["rollout/staleness"] = float(
-        weights.staleness(step, int(metrics["rollout/model_version"]))
-    )
-    experiences, pipeline_metrics = pipeline.process(experiences)
-    metrics.update(pipeline_metrics)
-    put(experiences)
-    return experiences
-
-
-def train(
-    trainer: Trainer, train_input: TrainInput, step: int
-) -> tuple[list[Experience], dict[str, float]] | None:
-    """Train step ``step``: sample a batch from the trainer's input and update the model;
-    (the batch, its metrics with the batch's staleness), or None when the input ended."""
-    experiences = train_input.next_batch(model_version=trainer.global_step)
-    if not experiences:
-        return None
-    trainer.logger.info("train step %d begins with %d experiences", step, len(experiences))
-    metrics = trainer.train_step(experiences)
-    lags = [weights.staleness(step, e.model_version) for e in experiences]
-    metrics["trainer/staleness/mean"] = sum(lags) / len(lags)
-    metrics["trainer/staleness/max"] = float(max(lags))
-    return experiences, metrics
 
 
 def rl_step(run: LocalRun, step: int) -> StepResult | None:

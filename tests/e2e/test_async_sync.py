@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from cli_testing import DEMO, REPO, run_demo, write_plugin
 
-from trinity.launch.roles import required_version
-from trinity.sync.weights import TRAINER_STATUS, staleness
+from trinity.sync.weights import TRAINER_STATUS, required_version
+from trinity.trainer.train_loop import staleness
 
 STEPS = 4
 QUICK = [

@@ -6,8 +6,8 @@ returns the scored experiences with metrics; ``evaluate`` runs every eval taskse
 pools (lanes), so that many steps roll out side by side: ``read_batch`` reads a step's
 tasks in order and ``explore_step(step, tasks, lane)`` rolls them out on one lane.
 ``load_weights`` installs a new policy version from the trainer. The loop that calls
-these is ``trinity.loop`` in one process and ``trinity.launch.roles`` on Ray (which also
-talks to the buffer and synchronizer).
+these is ``trinity.loop`` in one process and ``trinity.explorer.explore_loop`` in a run
+(whose Ray actor, ``trinity.launch.roles``, hands it the buffer and synchronizer).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ or file); this class only adapts it to remote calls: a closed and drained queue 
 ``get`` with an empty list instead of an exception, which is how the trainer learns that
 the explorer is done. The trainer reads with ``read``, which also returns the buffer's
 read position after the batch; the position it trained on is saved with each checkpoint
-and ``resume`` brings it back (``trinity.launch.resume``).
+and ``resume`` brings it back (``trinity.trainer.buffer_position``).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class BufferActor:
         """Continue at the read position checkpoint ``step`` saved; with
         ``explorer_resumes`` (mode both) skip what the interrupted run's explorer stored
         for steps after ``step``, which the resumed explorer stores again."""
-        from trinity.launch.resume import buffer_position_at
+        from trinity.trainer.buffer_position import buffer_position_at
 
         if not hasattr(self.queue, "load_state_dict"):
             return  # the FIFO queue starts empty, as the explorer restarts after ``step``

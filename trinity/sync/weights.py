@@ -38,7 +38,8 @@ Where the weights travel:
 
 With LoRA only the adapter travels; :class:`WeightReceiver` merges it into full weights.
 Staleness of an explore step ``s`` run with version ``v`` is ``(s - 1) - v``: how many
-train steps its policy lags behind the synchronous schedule.
+train steps its policy lags behind the synchronous schedule
+(:func:`trinity.trainer.train_loop.staleness`).
 """
 
 from __future__ import annotations
@@ -123,11 +124,6 @@ def trainer_publishes_at(config: Config, step: int, total_steps: int, requested:
     if syn.sync_style == "explorer_driven" and config.mode == "both":
         return requested
     return step % syn.sync_interval == 0
-
-
-def staleness(step: int, version: int) -> int:
-    """Train steps the policy of version ``version`` lags behind step ``step``'s schedule."""
-    return step - 1 - version
 
 
 def publishes(config: Config) -> bool:

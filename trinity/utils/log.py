@@ -18,6 +18,7 @@ import logging
 import re
 import socket
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -36,6 +37,12 @@ def get_logger(name: str) -> logging.Logger:
     if name != PACKAGE_LOGGER and not name.startswith(PACKAGE_LOGGER + "."):
         name = f"{PACKAGE_LOGGER}.{name}"
     return logging.getLogger(name)
+
+
+def metrics_brief(metrics: Mapping[str, float], limit: int = 8) -> str:
+    """The first ``limit`` means and losses of ``metrics`` for a log line: ``a/mean=0.5, ...``."""
+    keys = [k for k in metrics if k.endswith("/mean") or "loss" in k][:limit]
+    return ", ".join(f"{k}={metrics[k]:.4g}" for k in keys)
 
 
 def parse_level(level: str) -> int:

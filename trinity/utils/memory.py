@@ -18,7 +18,7 @@ serve every block from its heaps and keep what is freed, so from the second step
 step reuses pages it has already touched, and the process stays at its in-step peak
 between steps. The trainer's role does this with ``trainer.keep_memory_between_steps``
 (the default); with ``false`` it keeps glibc's behaviour and returns the free pages after
-each step (trinity/launch/roles.py), which lowers a run's memory peak (the sum of its
+each step (trinity/trainer/train_loop.py), which lowers a run's memory peak (the sum of its
 processes') by what the trainer holds between steps.
 (Keeping the pages but still returning them after each step was slower than either:
 the next step faults everything in again, through the heaps' smaller growth steps.)

@@ -21,8 +21,12 @@ from buffer_testing import full_experience, storage_config
 
 from trinity.buffer import make_experience_buffer
 from trinity.launch.buffer_actor import BufferActor
-from trinity.launch.resume import BUFFER_POSITION, buffer_position_at, save_buffer_position
 from trinity.trainer import checkpoint as ckpt
+from trinity.trainer.buffer_position import (
+    BUFFER_POSITION,
+    buffer_position_at,
+    save_buffer_position,
+)
 from trinity.types import EID, Experience
 
 
@@ -174,7 +178,7 @@ def test_the_position_file_survives_kill_9_between_writes(tmp_path: Path) -> Non
     job = tmp_path / "job"
     script = (
         "import sys\n"
-        "from trinity.launch.resume import save_buffer_position\n"
+        "from trinity.trainer.buffer_position import save_buffer_position\n"
         "i = 0\n"
         "while True:\n"
         "    save_buffer_position(sys.argv[1], 1, {'position': {'cursor': i}, 'pad': 'x' * i})\n"

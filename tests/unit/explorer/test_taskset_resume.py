@@ -13,12 +13,12 @@ import torch
 
 from trinity.config import config_from_dict, load_config, resolve
 from trinity.explorer.explorer import Explorer, make_taskset_mix
-from trinity.launch.resume import (
+from trinity.explorer.explorer_state import (
     derived_explorer_state,
     explorer_state_at,
-    resume_step,
     save_explorer_state,
 )
+from trinity.launch.resume import resume_step
 from trinity.launch.run import RunError, prepare_taskset
 from trinity.trainer import checkpoint as ckpt
 

@@ -82,7 +82,7 @@ def step_metrics(tiny_model_dir: Path, tmp_path_factory) -> dict[str, list[dict[
         "trainer": [],
     }
     try:
-        # the step bodies the actors run (trinity.loop), with the metrics they add
+        # the step bodies the run's loops use (trinity.loop), with the metrics they add
         for result in loop.run_steps(run, STEPS):
             assert result.train is not None
             logged["explorer"].append(result.explore)
