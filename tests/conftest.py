@@ -52,6 +52,7 @@ SERIAL = (
     "integration/test_ray_cluster.py",
     "integration/explorer/test_bench.py",
     "integration/explorer/test_rollout_engines.py",
+    "integration/explorer/test_vision_engine_actor.py",
     "unit/monitor/test_timeline.py",
     "unit/test_plugins.py",
 )
