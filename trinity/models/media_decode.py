@@ -13,6 +13,7 @@ this path, on the CPU or on the model's CUDA device.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,10 +83,10 @@ def decode_media_entries(
         input_ids=input_ids,
         attention_mask=mask,
         position_ids=positions,
-        past_key_values=cache,
         use_cache=True,
         logits_to_keep=1,
         **media,
+        **{cache_keyword(model): cache},
     )
     owner = [i for i, e in enumerate(entries) for _ in range(e.params.n)]
     index = torch.tensor(owner, device=device)
@@ -168,6 +169,12 @@ def score_with_media(
     return logprobs.gather(-1, ids[0, prompt_length:, None]).squeeze(-1).tolist()
 
 
+def cache_keyword(model: Any) -> str:
+    """The name ``model``'s forward takes its KV cache under: ``cache`` (transformers
+    5.2x), else ``past_key_values``."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 def _step(model: Any, rows: _Rows, tokens: torch.Tensor) -> torch.Tensor:
     """(B,) ids -> (B, V) float32 next-token logits; the rows' cache grows by one."""
     rows.mask = torch.cat([rows.mask, rows.mask.new_ones((len(tokens), 1))], dim=1)
@@ -175,8 +182,8 @@ def _step(model: Any, rows: _Rows, tokens: torch.Tensor) -> torch.Tensor:
         input_ids=tokens[:, None],
         attention_mask=rows.mask,
         position_ids=rows.positions[:, None],
-        past_key_values=rows.cache,
         use_cache=True,
+        **{cache_keyword(model): rows.cache},
     )
     rows.positions = rows.positions + 1
     return out.logits[:, -1].float()

@@ -303,7 +303,7 @@ def render_media_chat(
     if videos:
         kwargs["videos"] = [videos]
     # the template already writes the special tokens it wants
-    out = processor(add_special_tokens=False, **kwargs)
+    out = processor(text_kwargs={"add_special_tokens": False}, **kwargs)
     ids = out["input_ids"][0].tolist()
     tensors = {k: v for k, v in out.items() if k not in _TEXT_KEYS and isinstance(v, torch.Tensor)}
     return MediaPrompt(ids, MediaInputs(tensors) if tensors else None)
