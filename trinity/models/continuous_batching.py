@@ -22,7 +22,8 @@ reference path's tokens, and its logprobs up to float rounding (rows are batched
 differently).
 
 Which path the engine takes: :func:`decode_mode`, ``TRINITY_DECODE=static`` or
-``reference`` in the environment to choose.
+``reference`` in the environment to choose; ``TRINITY_DECODE_GRAPHS=0`` runs the static
+path's steps on CUDA without capturing them.
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ from trinity.models.model_path import resolve_model_path
 from trinity.models.overrides import model_config
 from trinity.models.sampling import Sample, SamplingParams
 from trinity.models.scoring import score_responses, top_logprobs
-from trinity.models.step_graphs import cuda_graph_capture, eager
+from trinity.models.step_graphs import cuda_graph_capture, eager, graphs_enabled
 
 # importable from here as before
 __all__ = [
@@ -240,7 +240,7 @@ class TransformersEngine:
             self._continuous = ContinuousDecoder(
                 self._fast,  # type: ignore[arg-type]  # decode_mode: static needs it
                 self.max_batch_size,
-                cuda_graph_capture() if self.device.type == "cuda" else eager,
+                cuda_graph_capture() if self.device.type == "cuda" and graphs_enabled() else eager,
                 self._slots_within_budget if self.device.type == "cuda" else None,
             )
             # rows beyond the slots wait in the run's queue for a freed slot instead of

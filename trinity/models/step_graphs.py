@@ -10,6 +10,7 @@ on the CPU checks with a counting capture function that a key is never captured 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Hashable
 
 import torch
@@ -23,6 +24,12 @@ _WARMUP_STEPS = 2  # uncaptured runs first: cuBLAS and SDPA pick their kernels o
 def eager(step: Step) -> Step:
     """The CPU's capture: the step itself, run as it is at every replay."""
     return step
+
+
+def graphs_enabled() -> bool:
+    """Whether CUDA steps are captured: yes unless ``TRINITY_DECODE_GRAPHS=0`` (then they
+    run eagerly, the same tensors and results, to tell a capture problem from others)."""
+    return os.environ.get("TRINITY_DECODE_GRAPHS", "1").lower() not in ("0", "false", "no", "off")
 
 
 def cuda_graph_capture() -> Capture:

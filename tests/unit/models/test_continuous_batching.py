@@ -264,6 +264,15 @@ def test_row_generators():
     assert not torch.equal(torch.rand(4, generator=second), torch.rand(4, generator=first))
 
 
+def test_graphs_can_be_turned_off(monkeypatch):
+    from trinity.models.step_graphs import graphs_enabled
+
+    monkeypatch.delenv("TRINITY_DECODE_GRAPHS", raising=False)
+    assert graphs_enabled()
+    monkeypatch.setenv("TRINITY_DECODE_GRAPHS", "0")
+    assert not graphs_enabled()
+
+
 def test_decode_mode(monkeypatch, static):
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     monkeypatch.delenv("TRINITY_DECODE", raising=False)
