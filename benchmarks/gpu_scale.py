@@ -320,6 +320,12 @@ def main() -> int:
     parser.add_argument("--decode", choices=("static", "reference"), help="engine decode path")
     parser.add_argument("--no-trl", action="store_true", help="skip the TRL baseline")
     parser.add_argument(
+        "--trl-steps",
+        type=int,
+        default=None,
+        help="TRL steps, the first --warmup of them untimed (default: as trinity)",
+    )
+    parser.add_argument(
         "--gpu-memory-utilization", type=float, default=0.5, help="the engine's share"
     )
     args = parser.parse_args()
@@ -419,7 +425,9 @@ def main() -> int:
         if device.type == "cuda":
             torch.cuda.empty_cache()
         try:
-            trl_times = run_trl(model_dir, work, device, total)[args.warmup :]
+            trl_total = args.trl_steps or total
+            trl_warmup = min(args.warmup, trl_total - 1)  # at least one timed step
+            trl_times = run_trl(model_dir, work, device, trl_total)[trl_warmup:]
         except Exception as error:  # a TRL version whose options differ: say so, exit 1
             print(f"trl baseline: failed ({type(error).__name__}: {error})")
             return 1
