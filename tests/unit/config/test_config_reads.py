@@ -94,25 +94,20 @@ CONSUMED_IN_CONFIG = {
 
 # key -> module outside trinity/config that reads it on a path this test does not run
 READ_ELSEWHERE = {
-    "mode": "launch/run.py",  # which actors start
     "ray_namespace": "launch/stage.py",
     "cluster.ray_address": "launch/stage.py",
     "explorer.name": "launch/stage.py",  # the actors' names and log files
     "trainer.name": "launch/stage.py",
     "explorer.eval_interval": "explorer/explore_loop.py",  # the explorer's loop in a run
     "explorer.eval_on_startup": "explorer/explore_loop.py",
-    "trainer.save_interval": "trainer/train_loop.py",  # the trainer's loop in a run
     "monitor.monitor_type": "launch/roles.py",
     "monitor.monitor_args": "launch/roles.py",
     "service.data_juicer.auto_start": "service/data_juicer/client.py",  # a data_juicer operator
     "service.data_juicer.server_url": "service/data_juicer/client.py",
     # on a GPU only (a CPU config that sets them is told so by set_without_effect)
     "explorer.rollout_model.gpu_memory_utilization": "explorer/engines.py",
-    "synchronizer.sync_method": "sync/weights.py",
-    "synchronizer.sync_interval": "sync/weights.py",
     "synchronizer.sync_timeout": "sync/weights.py",
     "synchronizer.sync_offset": "sync/weights.py",  # the explorer's required version
-    "trainer.trainer_config.trainer.max_actor_ckpt_to_keep": "trainer/train_loop.py",
 }
 
 
@@ -147,32 +142,70 @@ def _dry_run(path: str) -> Config | None:
     return cfg
 
 
+class _Progress:
+    """What a loop reports to the run's synchronizer actor, dropped: there is none here."""
+
+    def report(self, role: str, step: int, metrics: dict[str, float]) -> None:
+        pass
+
+    def finish(self, role: str) -> None:
+        pass
+
+
+def _train_loop(stage: Config, job_dir: Path) -> None:
+    """Mode train on a dataset: the run's train loop (monitor, publisher, heap, checkpoint
+    schedule) for one step, in this process."""
+    import logging
+
+    from trinity.models.model_path import resolve_model_path
+    from trinity.monitor import make_monitor
+    from trinity.sync.publisher import WeightPublisher
+    from trinity.trainer.train_loop import TrainLoop
+    from trinity.trainer.trainer import Trainer
+    from trinity.utils.memory import TrainerHeap
+
+    logger = logging.getLogger("trinity.tests.reads")
+    model_dir = resolve_model_path(stage.model.model_path)
+    trainer = Trainer(stage, model_dir=str(model_dir), total_steps=1)
+    monitor = make_monitor(
+        stage.monitor.monitor_type,
+        project=stage.project,
+        name=stage.name,
+        role="trainer",
+        job_dir=job_dir,
+        monitor_args=stage.monitor.monitor_args,
+    )
+    # mode train on a dataset publishes nothing, so no synchronizer is asked
+    publisher = WeightPublisher(stage, job_dir, trainer, None, logger)
+    heap = TrainerHeap(stage.trainer.keep_memory_between_steps)
+    train_loop = TrainLoop(
+        stage, job_dir, trainer, None, heap, monitor, _Progress(), publisher, logger
+    )
+    assert train_loop.run(1)["steps"] == 1
+    assert trainer.load_checkpoint(job_dir, 1) == 1
+
+
 def _step(cfg: Config, job_dir: Path) -> None:
-    """Each stage's components built in this process, one step, a checkpoint saved and
+    """Each stage's components built in this process and one step: mode train through the
+    run's train loop, the others through ``trinity.loop``, then a checkpoint saved and
     loaded back (what a resume reads)."""
     from trinity import loop
     from trinity.launch.stage import prepare_taskset
-    from trinity.models.model_path import resolve_model_path
-    from trinity.trainer.train_input import TrainInput
-    from trinity.trainer.trainer import Trainer
 
     for index, stage in enumerate(expand_stages(cfg, now=NOW)):
         stage_dir = job_dir / f"{Path(cfg.name).name}_{index}"
-        if stage.data_processor.task_pipeline is not None and stage.mode != "train":
-            stage = prepare_taskset(stage, stage_dir)
         if stage.mode == "train":
-            model_dir = resolve_model_path(stage.model.model_path)
-            trainer = Trainer(stage, model_dir=str(model_dir), total_steps=1)
-            assert loop.train(trainer, TrainInput(stage, trainer.tokenizer, None), 1) is not None
-        else:
-            run = loop.build(stage, total_steps=1, job_dir=stage_dir)
-            try:
-                assert loop.rl_step(run, 1) is not None
-            finally:
-                loop.close(run)
-            trainer = run.trainer
-        trainer.save_checkpoint(stage_dir, 1)
-        assert trainer.load_checkpoint(stage_dir, 1) == 1
+            _train_loop(stage, stage_dir)
+            continue
+        if stage.data_processor.task_pipeline is not None:
+            stage = prepare_taskset(stage, stage_dir)
+        run = loop.build(stage, total_steps=1, job_dir=stage_dir)
+        try:
+            assert loop.rl_step(run, 1) is not None
+        finally:
+            loop.close(run)
+        run.trainer.save_checkpoint(stage_dir, 1)
+        assert run.trainer.load_checkpoint(stage_dir, 1) == 1
 
 
 @pytest.fixture(scope="module")
@@ -260,3 +293,10 @@ def test_keys_read_elsewhere_are_named_there(key: str) -> None:
 def test_consumed_keys_are_schema_keys() -> None:
     assert set(CONSUMED_IN_CONFIG) <= set(schema_fields())
     assert not set(CONSUMED_IN_CONFIG) & set(NO_EFFECT)
+
+
+def test_keys_read_elsewhere_are_not_read_here(reads: Reads) -> None:
+    read_here = sorted(key for key in READ_ELSEWHERE if _is_read(key, reads))
+    assert not read_here, (
+        f"the recorded run reads these; drop them from READ_ELSEWHERE: {read_here}"
+    )
