@@ -24,7 +24,7 @@ PACKAGE = ROOT / "trinity"
 CONFIG_DIR = PACKAGE / "config"
 
 # attribute names that exist only in the veRL layout of trainer.trainer_config
-VERL_ATTRS = frozenset({"trainer_config", "actor_rollout_ref", "rollout_correction"})
+VERL_ATTRS = frozenset({"trainer_config", "actor_rollout_ref"})
 CONFIG_PARAM_NAMES = frozenset({"config", "cfg"})
 LOOSE_TYPES = frozenset({"Any", "object", "typing.Any"})
 

@@ -313,12 +313,12 @@ def _model_configs(config: Config) -> dict[str, InferenceModelConfig]:
 
 
 def _local_model(config: Config, cfg: InferenceModelConfig, history: bool = True) -> ModelWrapper:
+    from trinity.config import trainer_settings
     from trinity.models.model_path import resolve_model_path
     from trinity.models.vision_engine import rollout_engine
 
-    tc = config.trainer.trainer_config
     # the policy's config as the trainer builds it (trinity/models/overrides.py)
-    policy = cfg is config.explorer.rollout_model and tc is not None
+    policy = cfg is config.explorer.rollout_model
     engine = rollout_engine(
         model_path=str(resolve_model_path(cfg.model_path)),
         dtype=cfg.dtype or config.model.dtype,
@@ -326,7 +326,7 @@ def _local_model(config: Config, cfg: InferenceModelConfig, history: bool = True
         seed=cfg.seed if cfg.seed is not None else config.seed,
         chat_template=cfg.chat_template,
         enable_thinking=cfg.enable_thinking,
-        override_config=dict(tc.actor_rollout_ref.model.override_config) if policy else None,
+        override_config=trainer_settings(config.trainer).policy.override_config if policy else None,
     )
     return _wrap(config, cfg, engine, history)
 

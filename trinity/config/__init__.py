@@ -22,6 +22,7 @@ from trinity.config.report import dry_run_report
 from trinity.config.schema import *  # noqa: F403  (the section classes)
 from trinity.config.schema import __all__ as _schema_all
 from trinity.config.stages import expand_stages
+from trinity.config.upstream.verl import trainer_settings
 from trinity.config.validate import validate
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "resolve",
     "to_dict",
     "to_yaml",
+    "trainer_settings",
     "validate",
     *_schema_all,
 ]

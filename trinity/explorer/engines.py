@@ -33,7 +33,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from trinity.config import Config, InferenceModelConfig
+from trinity.config import Config, InferenceModelConfig, trainer_settings
 from trinity.config.device_plan import DevicePlan, device_plan
 from trinity.models.engine import (
     TransformersEngine,
@@ -235,9 +235,8 @@ class RolloutEngines:
                 enable_thinking=rollout.enable_thinking,
             )
             return cls([engine])  # type: ignore[list-item]
-        tc = config.trainer.trainer_config
         # the policy's config as the trainer builds it (trinity/models/overrides.py)
-        override = dict(tc.actor_rollout_ref.model.override_config) if tc is not None else {}
+        override = trainer_settings(config.trainer).policy.override_config
         return cls.for_model(
             config, rollout, model_dir, "explorer.rollout_model", max_model_len, override
         )

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from trinity.config import Config
+from trinity.config import Config, trainer_settings
 
 PLUGIN_MODULE_PREFIX = "trinity_plugin_"
 
@@ -61,13 +61,11 @@ def load_external_libs(config: Config) -> list[str]:
     classes before a model is built; it may register workflows or reward functions too.
     Called in the driver before the run's names are looked up and first in every actor.
     """
-    tc = config.trainer.trainer_config
-    if tc is None:
-        return []
+    settings = trainer_settings(config.trainer)
     names: list[str] = []
     for key, name in (
-        ("actor_rollout_ref.model.external_lib", tc.actor_rollout_ref.model.external_lib),
-        ("critic.model.external_lib", tc.critic.model.external_lib),
+        ("actor_rollout_ref.model.external_lib", settings.policy.external_lib),
+        ("critic.model.external_lib", settings.critic.external_lib),
     ):
         if not name or name in names:
             continue

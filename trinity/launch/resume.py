@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trinity.config import Config
+from trinity.config import Config, trainer_settings
 from trinity.config.lookups import RESUME_FROM_PATH, checkpoint_step
 from trinity.explorer.explorer_state import latest_explored
 from trinity.trainer import checkpoint as ckpt
@@ -33,8 +33,8 @@ def resume_step(config: Config, job_dir: Path) -> int:
     """
     if not config.continue_from_checkpoint:
         return 0
-    tc = config.trainer.trainer_config
-    resume_mode = tc.trainer.resume_mode if tc is not None else "auto"
+    loop = trainer_settings(config.trainer).loop
+    resume_mode = loop.resume_mode
     if resume_mode == "disable":
         return 0
     if config.mode == "explore":
@@ -42,6 +42,5 @@ def resume_step(config: Config, job_dir: Path) -> int:
     if Path(job_dir).is_dir():  # this run's trainer is the job's only writer, not started yet
         ckpt.restore_replaced(job_dir)
     if resume_mode == "resume_path":
-        assert tc is not None
-        return checkpoint_step(RESUME_FROM_PATH, tc.trainer.resume_from_path, job_dir)
+        return checkpoint_step(RESUME_FROM_PATH, loop.resume_from_path, job_dir)
     return ckpt.read_latest(job_dir) or 0

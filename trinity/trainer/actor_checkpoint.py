@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from trinity.config import trainer_settings
 from trinity.trainer import checkpoint as ckpt
 from trinity.trainer import distributed, lora
 from trinity.trainer.export import model_state, save_hf_config, save_hf_model, weights_for_sync
@@ -30,8 +31,8 @@ if TYPE_CHECKING:
 def save_checkpoint(trainer: Trainer, job_dir: Path, step: int, keep: int | None = None) -> Path:
     """Model, optimizer and extra state of ``step``; with several ranks every rank
     calls this and writes its own shard files."""
-    tt = trainer.config.trainer.trainer_config.trainer
-    if tt.remove_previous_ckpt_in_save:  # veRL: it overrides max_*_ckpt_to_keep
+    loop = trainer_settings(trainer.config.trainer).loop
+    if loop.keep_only_newest:  # veRL's remove_previous_ckpt_in_save: over max_*_ckpt_to_keep
         keep = 1
     if trainer.world_size > 1:
         return _save_sharded(trainer, Path(job_dir), step, keep)
@@ -51,9 +52,7 @@ def save_checkpoint(trainer: Trainer, job_dir: Path, step: int, keep: int | None
     _record_weights(trainer, job_dir, step)
     ckpt.prune_checkpoints(job_dir, keep)
     if trainer.critic is not None:
-        ckpt.prune_critics(
-            job_dir, 1 if tt.remove_previous_ckpt_in_save else tt.max_critic_ckpt_to_keep
-        )
+        ckpt.prune_critics(job_dir, 1 if loop.keep_only_newest else loop.max_critic_ckpt_to_keep)
     trainer.logger.info("saved checkpoint %s", path)
     return path
 
@@ -137,8 +136,8 @@ def _contents(trainer: Trainer, which: str) -> set[str]:
     always written (the explorer resumes from them); optimizer and extra state only
     when listed; ``hf_model`` adds the weights to ``huggingface/``, and loaded, reads
     the policy from there instead of the shards."""
-    contents = trainer.config.trainer.trainer_config.actor_rollout_ref.actor.checkpoint
-    return set(getattr(contents, which))
+    policy = trainer_settings(trainer.config.trainer).policy
+    return set(getattr(policy, which))
 
 
 def _shard_loader(trainer: Trainer, job_dir: Path, step: int, load: set[str]):

@@ -26,7 +26,7 @@ import torch
 
 from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss
 from trinity.algorithm.utils import masked_mean
-from trinity.config import Config
+from trinity.config import Config, trainer_settings
 from trinity.models.overrides import model_config
 from trinity.trainer import checkpoint as ckpt
 from trinity.trainer.actor import autocast_context
@@ -133,17 +133,16 @@ class Critic:
     ) -> None:
         """``device``: where the value model computes (None: the CPU); batches stay
         where they are and each micro-batch is moved there."""
-        tc = config.trainer.trainer_config
-        cfg = tc.critic
+        cfg = trainer_settings(config.trainer).critic
         self.logger = logger or logging.getLogger("trinity.trainer")
         self.compute_dtype = compute_dtype
         self.device = device or torch.device("cpu")
-        self.model = ValueModel.from_pretrained(model_dir, cfg.model.override_config)
+        self.model = ValueModel.from_pretrained(model_dir, cfg.override_config)
         self.model.to(self.device)
         self.model.train()
-        if cfg.model.enable_gradient_checkpointing:
+        if cfg.gradient_checkpointing:
             enable_checkpointing(self.model.backbone)
-        opt = cfg.optim
+        opt = cfg.optimizer
         self.optimizer, self.scheduler = build_optimizer(
             self.model.parameters(),
             lr=opt.lr,
@@ -157,16 +156,12 @@ class Critic:
         )
         self.cliprange_value = float(cfg.cliprange_value)
         self.grad_clip = float(cfg.grad_clip)
-        self.micro_batch_size = max(1, int(cfg.ppo_micro_batch_size_per_gpu))
-        self.forward_micro_batch_size = max(
-            1, int(cfg.forward_micro_batch_size_per_gpu or cfg.ppo_micro_batch_size_per_gpu)
-        )
-        self.ppo_epochs = max(1, int(cfg.ppo_epochs or 1))
-        # use_dynamic_bsz: micro-batches packed to a token budget instead of a row count
-        self.max_tokens = int(cfg.ppo_max_token_len_per_gpu) if cfg.use_dynamic_bsz else None
-        self.forward_max_tokens = (
-            int(cfg.forward_max_token_len_per_gpu) if cfg.use_dynamic_bsz else None
-        )
+        self.micro_batch_size = cfg.update.micro_batch_size
+        self.forward_micro_batch_size = cfg.values.micro_batch_size
+        self.ppo_epochs = cfg.epochs
+        # max_tokens (use_dynamic_bsz): micro-batches packed to a token budget, not a row count
+        self.max_tokens = cfg.update.max_tokens
+        self.forward_max_tokens = cfg.values.max_tokens
 
     @torch.no_grad()
     def values(self, batch: TrainBatch) -> torch.Tensor:

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from trinity.config.trainer_settings import Offload
 from trinity.trainer.batch import TrainBatch
 
 
@@ -147,12 +148,12 @@ def shard_model(model: torch.nn.Module, offload: bool = False) -> None:
     fully_shard(model, **options)
 
 
-def offloads(fsdp_config, device: torch.device) -> bool:
-    """Whether ``fsdp_config`` (an actor's, ref's or critic's ``fsdp_config``) offloads
+def offloads(offload: Offload, device: torch.device) -> bool:
+    """Whether ``offload`` (a model's ``fsdp_config`` offload switches) offloads
     to host memory here: ``param_offload`` or ``optimizer_offload`` on a CUDA device (FSDP2
     keeps parameters, gradients and optimizer state together: one switch for both). On
     the CPU both are without effect."""
-    wanted = bool(fsdp_config.param_offload or fsdp_config.optimizer_offload)
+    wanted = bool(offload.param_offload or offload.optimizer_offload)
     return wanted and device.type == "cuda"
 
 

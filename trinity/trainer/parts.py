@@ -14,7 +14,7 @@ from typing import Any
 
 from trinity.algorithm import ADVANTAGE_FN, ENTROPY_LOSS_FN, KL_FN, POLICY_LOSS_FN
 from trinity.algorithm.args import build
-from trinity.config import Config
+from trinity.config import Config, trainer_settings
 from trinity.config.algorithm_defaults import NONE
 
 # policy losses whose gradient is zero where the advantages are (Trainer.rows_with_gradient)
@@ -103,7 +103,7 @@ def check_parts(config: Config, parts: AlgorithmParts) -> None:
             f"policy_loss_fn '{algo.policy_loss_fn}' needs advantages: set algorithm.advantage_fn"
         )
     # rollout correction: bypass_mode false recomputes the old log-probs at each step
-    rollout_is = config.trainer.trainer_config.algorithm.rollout_correction.rollout_is
+    rollout_is = trainer_settings(config.trainer).rollout_correction.rollout_is
     if rollout_is is not None and "rollout_is_weights" not in inputs:
         raise TrainerSetupError(
             f"policy_loss_fn '{algo.policy_loss_fn}' does not take rollout correction "

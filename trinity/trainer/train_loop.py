@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from trinity.config import Config
+from trinity.config import Config, trainer_settings
 from trinity.trainer import checkpoint as ckpt
 from trinity.trainer.buffer_position import save_buffer_position
 from trinity.utils.log import metrics_brief
@@ -123,7 +123,7 @@ class TrainLoop:
         """Train ``total_steps`` steps; ``export_hf`` also writes the final policy as a
         Hugging Face directory (``final_model_dir``), where the next stage starts."""
         cfg = self.config
-        keep = cfg.trainer.trainer_config.trainer.max_actor_ckpt_to_keep
+        keep = trainer_settings(cfg.trainer).loop.max_actor_ckpt_to_keep
         completed = start_step
         final_model_dir = None
         if start_step > 0:

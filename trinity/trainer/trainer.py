@@ -32,7 +32,7 @@ import torch
 
 from trinity.algorithm.loss_agg import LossNormalizer
 from trinity.algorithm.rollout_correction import rollout_is_weights
-from trinity.config import Config
+from trinity.config import Config, trainer_settings
 from trinity.config.algorithm_defaults import NONE
 from trinity.trainer import actor_checkpoint, distributed, export
 from trinity.trainer.actor import forward_logprobs
@@ -116,8 +116,8 @@ class Trainer:
         # (job dir, step, global_step) of the full checkpoint holding the current weights
         self.checkpointed_weights: tuple[Path, int, int] | None = None
         algo = config.algorithm
-        tc = config.trainer.trainer_config
-        actor_cfg = tc.actor_rollout_ref.actor
+        settings = trainer_settings(config.trainer)
+        policy = settings.policy
         torch.manual_seed(config.seed)
         random.seed(config.seed)
 
@@ -139,8 +139,8 @@ class Trainer:
             allowed=bf16_weights is not False,
         )
         self.autocast_dtype = None if self.bf16_weights else self.compute_dtype
-        overridden = overridden_config(self.model_dir, tc.actor_rollout_ref.model.override_config)
-        checkpointing = tc.actor_rollout_ref.model.enable_gradient_checkpointing
+        overridden = overridden_config(self.model_dir, policy.override_config)
+        checkpointing = policy.gradient_checkpointing
         self.lora = config.model.lora_configs[0] if config.model.lora_configs else None
         self.model = load_policy(
             self.model_dir,
@@ -148,7 +148,7 @@ class Trainer:
             gradient_checkpointing=checkpointing,
             lora_config=self.lora,
             device=self.device,
-            freeze_vision_tower=tc.actor_rollout_ref.actor.freeze_vision_tower,
+            freeze_vision_tower=policy.freeze_vision_tower,
         )
 
         parts = build_parts(config)
@@ -161,7 +161,7 @@ class Trainer:
         self.loss_agg_mode = algo.loss_agg_mode
         # rollout correction: bypass_mode false recomputes the old log-probs at each step,
         # as Trinity-RFT's algorithm.bypass_old_logprobs false does
-        self.rollout_correction = tc.algorithm.rollout_correction
+        self.rollout_correction = settings.rollout_correction
         self.recompute_old_logprobs = not (
             self.rollout_correction.bypass_mode and algo.bypass_old_logprobs
         )
@@ -185,14 +185,14 @@ class Trainer:
                 logger=self.logger,
                 device=self.device,
             )
-        self.critic_warmup = int(tc.trainer.critic_warmup)
+        self.critic_warmup = settings.loop.critic_warmup
         # data parallel: deal rows to ranks by token count (trainer/distributed.py)
-        self.balance_batch = bool(tc.trainer.balance_batch)
+        self.balance_batch = settings.loop.balance_batch
 
         if self.world_size > 1:
             if self.critic is not None or self.lora is not None:
                 raise TrainerSetupError("a critic or LoRA needs a one-rank trainer")
-            offload = distributed.offloads(actor_cfg.fsdp_config, self.device)
+            offload = distributed.offloads(policy.offload, self.device)
             distributed.shard_model(self.model, offload=offload)
         self.master = MasterWeights(self.model, self.compute_dtype) if self.bf16_weights else None
         opt = algo.optimizer
@@ -209,27 +209,16 @@ class Trainer:
             warmup_style=opt.lr_scheduler_type or opt.warmup_style,
             min_lr_ratio=opt.min_lr_ratio,
         )
-        self.micro_batch_size = max(1, int(actor_cfg.ppo_micro_batch_size_per_gpu))
-        # use_dynamic_bsz: micro-batches packed to a token budget instead of a row count
-        self.max_tokens = (
-            int(actor_cfg.ppo_max_token_len_per_gpu) if actor_cfg.use_dynamic_bsz else None
-        )
-        ref_cfg = tc.actor_rollout_ref.ref
-        self.ref_micro_batch_size = max(1, int(ref_cfg.log_prob_micro_batch_size_per_gpu or 1))
-        self.ref_max_tokens = (
-            int(ref_cfg.log_prob_max_token_len_per_gpu)
-            if ref_cfg.log_prob_use_dynamic_bsz
-            else None
-        )
-        old_cfg = tc.actor_rollout_ref.rollout  # recomputed old log-probs (bypass_mode false)
-        self.old_micro_batch_size = max(1, int(old_cfg.log_prob_micro_batch_size_per_gpu or 1))
-        self.old_max_tokens = (
-            int(old_cfg.log_prob_max_token_len_per_gpu)
-            if old_cfg.log_prob_use_dynamic_bsz
-            else None
-        )
-        self.grad_clip = float(actor_cfg.grad_clip)
-        self.ppo_epochs = max(1, int(actor_cfg.ppo_epochs))
+        # max_tokens (use_dynamic_bsz): micro-batches packed to a token budget, not a row count
+        self.micro_batch_size = policy.update.micro_batch_size
+        self.max_tokens = policy.update.max_tokens
+        self.ref_micro_batch_size = policy.ref_logprobs.micro_batch_size
+        self.ref_max_tokens = policy.ref_logprobs.max_tokens
+        # recomputed old log-probs (bypass_mode false)
+        self.old_micro_batch_size = policy.old_logprobs.micro_batch_size
+        self.old_max_tokens = policy.old_logprobs.max_tokens
+        self.grad_clip = policy.grad_clip
+        self.ppo_epochs = policy.epochs
         self.temperature = _rollout_temperature(config)
         self.taskset_temperatures = _taskset_temperatures(config)
         self.max_response_tokens = config.model.max_response_tokens
