@@ -17,7 +17,8 @@ from trinity.config.no_effect import NO_EFFECT, NO_EFFECT_ARGS
 
 HEADER = """# Config reference
 
-Every field of the YAML config, generated from the schema (`trinity/config/schema/`) by
+Every field of the YAML config, generated from the schema (`trinity/config/schema/`, with
+veRL's `trainer.trainer_config` layout in `trinity/config/upstream/verl_layout.py`) by
 `python -m trinity.config.docs > docs/config.md`. Keys are shown as dotted paths; list
 items as `[]`. Defaults marked *derived* are computed by the resolve step (see
 `docs/architecture.md`). `trinity run --config FILE --dry-run` prints a config with
@@ -33,7 +34,7 @@ fails in one line naming the key, the value and what is valid.
 
 def _type_name(tp: Any) -> str:
     text = str(tp).replace("typing.", "")
-    for prefix in ("trinity.config.schema.",):
+    for prefix in ("trinity.config.schema.", "trinity.config.upstream."):
         text = text.replace(prefix, "")
     if isinstance(tp, type):
         return tp.__name__

@@ -24,12 +24,12 @@ from omegaconf.errors import (
 
 from trinity.config.derived import check_trainer_config_source, resolve
 from trinity.config.errors import ConfigError
-from trinity.config.interpolation import fill_referenced_defaults
-from trinity.config.notes import log_config_notes
 from trinity.config.schema import Config, VerlTrainerConfig
-from trinity.config.spellings import upstream_spellings
 from trinity.config.stages import apply_stage, expand_stages
 from trinity.config.typed_yaml import build, to_plain
+from trinity.config.upstream.interpolation import fill_referenced_defaults
+from trinity.config.upstream.notes import log_config_notes
+from trinity.config.upstream.spellings import upstream_spellings
 from trinity.config.validate import validate
 
 OVERRIDE_HELP = "key=value, e.g. algorithm.optimizer.lr=1e-5 or buffer.explorer_input.eval_tasksets[0].repeat_times=4"

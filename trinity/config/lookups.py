@@ -26,9 +26,9 @@ from pathlib import Path
 from trinity.config.agentscope_needs import AGENTSCOPE_WORKFLOWS, check_agentscope
 from trinity.config.derived import job_dir as job_dir_of
 from trinity.config.errors import ConfigError, closest
-from trinity.config.external_envs import EXTERNAL_WORKFLOWS, check_external_env
 from trinity.config.media_rows import check_media_model, check_media_rows
 from trinity.config.schema import Config, StorageConfig
+from trinity.config.upstream.external_envs import EXTERNAL_WORKFLOWS, check_external_env
 
 # registry kind -> (module whose import registers the built-ins, registry attribute)
 REGISTRIES = {

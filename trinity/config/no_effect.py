@@ -329,7 +329,7 @@ def _gpu_only(cfg: Config) -> list[tuple[str, str]]:
     """The keys that act on GPUs only (``trinity.launch.gpus``, ``trinity.trainer.
     distributed``) which a CPU config sets to a non-default value."""
     from trinity.config.schema.explorer import InferenceModelConfig
-    from trinity.config.schema.verl import FsdpConfig
+    from trinity.config.upstream.verl_layout import FsdpConfig
 
     models = [("explorer.rollout_model", cfg.explorer.rollout_model)]
     models += [

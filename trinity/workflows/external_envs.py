@@ -1,12 +1,12 @@
 """Trinity-RFT's workflows whose environment no package registry holds (ALFWorld,
 WebShop, the Enron e-mail search, InterCode SQL), registered under their names so that
 an upstream config loads and its dry run says what the environment needs; see
-:mod:`trinity.config.external_envs`. Running one raises that same line.
+:mod:`trinity.config.upstream.external_envs`. Running one raises that same line.
 """
 
 from __future__ import annotations
 
-from trinity.config.external_envs import EXTERNAL_WORKFLOWS, unavailable
+from trinity.config.upstream.external_envs import EXTERNAL_WORKFLOWS, unavailable
 from trinity.types import Experience
 from trinity.workflows.base import Workflow
 from trinity.workflows.registry import WORKFLOWS

@@ -8,7 +8,8 @@ The rule, checked statically on every leaf key of the schema (walked as docs/con
 is generated): a key is *read* when its field name appears as an attribute access
 (``.name``) or a quoted string (``"name"`` / ``'name'``) in a module of ``trinity/``
 outside ``trinity/config/`` (the config layer itself) and ``trinity/studio/`` (the form
-that writes configs). A key that is not read must be in ``NO_EFFECT`` or in
+that writes configs), or in one of ``TRANSLATORS`` (the config modules that turn a layout
+of the file into the settings the run reads: veRL's ``trainer_config``). A key that is not read must be in ``NO_EFFECT`` or in
 ``CONSUMED_IN_CONFIG`` below (keys the config layer turns into other keys, e.g. a short
 form that resolve copies into the veRL layout).
 
@@ -36,6 +37,9 @@ from trinity.config import config_from_dict
 from trinity.config.no_effect import NO_EFFECT, describe, schema_fields, set_without_effect
 
 TRINITY = Path(__file__).resolve().parents[3] / "trinity"
+# config modules whose reads are the run's: they translate veRL's trainer_config into
+# the trainer's settings, which the trainer reads
+TRANSLATORS = ("config/upstream/verl.py",)
 
 _STORAGES = [
     key.removesuffix(".name") for key in schema_fields() if key.endswith("buffers.<name>.name")
@@ -107,7 +111,7 @@ CONSUMED_IN_CONFIG = {
     "model.custom_chat_template": "derived.py",  # every engine's and dataset's chat_template
     "trainer.trainer_config_path": "loader.py",  # read into trainer.trainer_config
     "model.chat_template_path": "loader.py",  # read into model.custom_chat_template
-    "explorer.runner_num": "spellings.py",  # Trinity-RFT's older spelling: runner_per_model
+    "explorer.runner_num": "upstream/spellings.py",  # Trinity-RFT's older spelling: runner_per_model
     "trainer.max_token_len_per_gpu": "derived.py",  # actor.ppo_max_token_len_per_gpu
     "trainer.trainer_config.trainer.n_gpus_per_node": "trainer_ranks.py",  # trainer layout
     "stages[].stage_name": "stages.py",  # the stage's experiment name
@@ -174,6 +178,7 @@ def _sources() -> dict[str, str]:
         str(path.relative_to(TRINITY)): path.read_text(encoding="utf-8")
         for path in TRINITY.rglob("*.py")
         if path.relative_to(TRINITY).parts[0] not in ("config", "studio")
+        or str(path.relative_to(TRINITY)) in TRANSLATORS
     }
 
 

@@ -32,7 +32,7 @@ from trinity.config.schema.runtime import (
     SynchronizerConfig,
 )
 from trinity.config.schema.trainer import TrainerConfig
-from trinity.config.schema.verl import (
+from trinity.config.upstream.verl_layout import (
     ActorConfig,
     ActorModelConfig,
     ActorRolloutRefConfig,

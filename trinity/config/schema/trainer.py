@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from trinity.config.schema.verl import VerlTrainerConfig
 from trinity.config.setting import setting
+from trinity.config.upstream.verl_layout import VerlTrainerConfig
 
 SaveStrategy = Literal["single_thread", "single_process", "single_node", "unrestricted"]
 

@@ -9,14 +9,6 @@ returns :class:`~trinity.config.trainer_settings.TrainerSettings`. A section wit
 from __future__ import annotations
 
 from trinity.config.schema.trainer import TrainerConfig
-from trinity.config.schema.verl import (
-    ActorRolloutRefConfig,
-    CriticConfig,
-    FsdpConfig,
-    RolloutCorrectionConfig,
-    VerlLoopConfig,
-    VerlTrainerConfig,
-)
 from trinity.config.trainer_settings import (
     Batching,
     CriticSettings,
@@ -25,6 +17,14 @@ from trinity.config.trainer_settings import (
     PolicySettings,
     RolloutCorrection,
     TrainerSettings,
+)
+from trinity.config.upstream.verl_layout import (
+    ActorRolloutRefConfig,
+    CriticConfig,
+    FsdpConfig,
+    RolloutCorrectionConfig,
+    VerlLoopConfig,
+    VerlTrainerConfig,
 )
 
 

@@ -1,4 +1,4 @@
-"""``trainer.trainer_config``: fine-grained trainer settings in the veRL layout.
+"""veRL's layout of ``trainer.trainer_config``: its sections as typed dataclasses.
 
 Users coming from veRL write ``actor_rollout_ref``, ``critic`` and ``trainer`` here with
 the names they know. The built-in trainer reads them; ``resolve`` keeps them consistent

@@ -1,5 +1,6 @@
-"""The lines ``load_config`` logs about a config that loads but is written in an older or
-self-contradicting way (each a warning of the ``trinity.config`` logger):
+"""What ``load_config`` logs about Trinity-RFT's older spellings and veRL-layout contradictions.
+
+Each line is a warning of the ``trinity.config`` logger:
 
 - ``explorer.runner_num``, Trinity-RFT's older spelling of ``explorer.runner_per_model``
   (``spellings.py`` converts it): what it was read as, or that ``runner_per_model`` wins;
@@ -19,8 +20,8 @@ from typing import Any
 from trinity.config.derived import optimizer_differences
 from trinity.config.errors import format_value
 from trinity.config.schema import Config
-from trinity.config.spellings import runners_per_engine
 from trinity.config.stages import apply_stage
+from trinity.config.upstream.spellings import runners_per_engine
 
 logger = logging.getLogger("trinity.config")
 

@@ -1,4 +1,4 @@
-"""Interpolations (``${algorithm.repeat_times}``) that name a key the file leaves out.
+"""Trinity-RFT's interpolations (``${algorithm.repeat_times}``) of keys the file leaves out.
 
 Trinity-RFT reads a config file over its schema's defaults, so an interpolation may name
 any key of the schema, written in the file or not (its example configs refer to veRL
