@@ -187,3 +187,37 @@ def test_a_processor_named_beside_its_image_processor_loads(tiny_qwen_vl_dir: Pa
     processor = load_processor(old)
     assert type(processor).__name__ == "Qwen2_5_VLProcessor"
     assert processor.image_processor.merge_size == 2
+
+
+def test_a_groups_images_are_encoded_once_with_the_same_gradients(engine, vlm_dir: Path) -> None:
+    """The trainer encodes each prompt's images once for all its rollouts; the loss and
+    its gradients are those of encoding them row by row."""
+    from trinity.trainer import media_forward
+
+    model = ModelWrapper(engine, max_response_tokens=4)
+    exps = model.chat(_question(2), n=3, seed=1) + model.chat(_question(5), n=2, seed=2)
+    for i, exp in enumerate(exps):
+        exp.eid.task = i
+    policy = load_policy(vlm_dir, {}, gradient_checkpointing=False, lora_config=None)
+    batch = collate(exps, engine.pad_token_id)
+    shared = media_forward.shared_image_features(policy, batch)
+    assert shared is not None and len(shared.pooler_output) == 5
+
+    def loss_and_grads(share: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        policy.zero_grad()
+        original = media_forward.shared_image_features
+        if not share:
+            media_forward.shared_image_features = lambda *args: None
+        try:
+            logprobs, _ = forward_logprobs(policy, batch)
+        finally:
+            media_forward.shared_image_features = original
+        loss = -(logprobs * batch.action_mask).sum()
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in policy.named_parameters()}
+
+    shared_loss, shared_grads = loss_and_grads(True)
+    plain_loss, plain_grads = loss_and_grads(False)
+    torch.testing.assert_close(shared_loss, plain_loss)
+    for name, grad in plain_grads.items():
+        torch.testing.assert_close(shared_grads[name], grad, atol=1e-4, rtol=1e-4, msg=name)
