@@ -15,12 +15,14 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from trinity import loop
+from trinity.config import Config
 from trinity.explorer.explore_loop import ExploreLoop, experience_pipeline
 from trinity.explorer.explorer import Explorer
 from trinity.explorer.explorer_state import explorer_state_at
@@ -65,32 +67,39 @@ class EvenTokenWorkflow(Workflow):
         return experiences
 
 
-def test_one_grpo_step_trains_and_hands_the_weights_to_the_engine(
-    tiny_model_dir: Path, tmp_path: Path
-) -> None:
-    (tmp_path / "tasks").mkdir()
+def grpo_config(model_dir: Path, tmp_path: Path, steps: int, rollouts: int, **top: Any) -> Config:
+    """GRPO with the even-token workflow: ``steps`` batches of ``TASKS`` prompts,
+    ``rollouts`` replies each, into a SQLite buffer (it keeps a read position, the
+    in-memory queue keeps none)."""
+    (tmp_path / "tasks").mkdir(exist_ok=True)
     row = json.dumps({"prompt": "Say yes."}) + "\n"
-    (tmp_path / "tasks" / "train.jsonl").write_text(row * TASKS)
-    cfg = make_config(
-        tiny_model_dir,
+    (tmp_path / "tasks" / "train.jsonl").write_text(row * (steps * TASKS))
+    return make_config(
+        model_dir,
         tmp_path,
         "grpo",
-        algorithm={"repeat_times": ROLLOUTS},
+        algorithm={"repeat_times": rollouts},
         model={"max_prompt_tokens": 64, "max_response_tokens": 2, "min_response_tokens": 1},
         buffer={
             "batch_size": TASKS,
-            "total_steps": 1,
+            "total_steps": steps,
             "explorer_input": {
                 "default_workflow_type": WORKFLOW,
                 "taskset": {"format": {"prompt_key": "prompt"}},
             },
-            # a SQLite buffer keeps a read position (the in-memory queue keeps none)
             "trainer_input": {
                 "experience_buffer": {"storage_type": "sql", "path": str(tmp_path / "exp.db")}
             },
         },
-        explorer={"runner_per_model": TASKS},
+        explorer={"runner_per_model": TASKS, "eval_on_startup": False},
+        **top,
     )
+
+
+def test_one_grpo_step_trains_and_hands_the_weights_to_the_engine(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    cfg = grpo_config(tiny_model_dir, tmp_path, steps=1, rollouts=ROLLOUTS)
     initial = load_file(tiny_model_dir / "model.safetensors")[EMBEDDING]
     run = loop.build(cfg, total_steps=1, model_dir=tiny_model_dir)
     try:
@@ -160,28 +169,9 @@ def test_the_run_loops_explore_then_train_in_one_process(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     """Mode explore then mode train on its SQLite buffer, with the classes the Ray roles run."""
-    (tmp_path / "tasks").mkdir()
-    row = json.dumps({"prompt": "Say yes."}) + "\n"
-    (tmp_path / "tasks" / "train.jsonl").write_text(row * (2 * TASKS))
-    sections = dict(
-        algorithm={"repeat_times": 2},
-        model={"max_prompt_tokens": 64, "max_response_tokens": 2, "min_response_tokens": 1},
-        buffer={
-            "batch_size": TASKS,
-            "total_steps": 2,
-            "explorer_input": {
-                "default_workflow_type": WORKFLOW,
-                "taskset": {"format": {"prompt_key": "prompt"}},
-            },
-            "trainer_input": {
-                "experience_buffer": {"storage_type": "sql", "path": str(tmp_path / "exp.db")}
-            },
-        },
-        explorer={"runner_per_model": TASKS, "eval_on_startup": False},
-    )
     job_dir = tmp_path / "job"
     logger = logging.getLogger("test_run_loops")
-    cfg = make_config(tiny_model_dir, tmp_path, "grpo", mode="explore", **sections)
+    cfg = grpo_config(tiny_model_dir, tmp_path, steps=2, rollouts=2, mode="explore")
     storage = cfg.buffer.trainer_input.experience_buffer
 
     explorer = Explorer(cfg, model_dir=tiny_model_dir, log_dir=job_dir / "log", logger=logger)
@@ -205,7 +195,7 @@ def test_the_run_loops_explore_then_train_in_one_process(
     assert peers.finished == ["explorer"]
     assert explorer_state_at(job_dir, 2) is not None  # what a resumed explorer would load
 
-    cfg = make_config(tiny_model_dir, tmp_path, "grpo", mode="train", **sections)
+    cfg = grpo_config(tiny_model_dir, tmp_path, steps=2, rollouts=2, mode="train")
     trainer = Trainer(cfg, model_dir=str(tiny_model_dir), total_steps=2, logger=logger)
     buffer = BufferActor(storage)
     peers, publisher = InProcessPeers(buffer), PublishedSteps()
