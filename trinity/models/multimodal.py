@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -333,17 +334,23 @@ def _stack_padded(tensors: list[torch.Tensor | None]) -> torch.Tensor:
     return out
 
 
-def rope_model(model: Any) -> Any | None:
-    """The module of ``model`` with ``get_rope_index`` (multimodal rotary positions), if any."""
+def inner_module(model: Any, wanted: Callable[[Any], bool]) -> Any | None:
+    """The first of ``model`` and the models it wraps (a peft wrapper, the
+    conditional-generation model, its base model) for which ``wanted`` holds."""
     seen = model
-    for _ in range(4):  # a peft wrapper, the conditional-generation model, its base model
-        if callable(getattr(seen, "get_rope_index", None)):
+    for _ in range(4):
+        if wanted(seen):
             return seen
         nxt = getattr(seen, "base_model", None) or getattr(seen, "model", None)
         if nxt is None or nxt is seen:
             return None
         seen = nxt
     return None
+
+
+def rope_model(model: Any) -> Any | None:
+    """The module of ``model`` with ``get_rope_index`` (multimodal rotary positions), if any."""
+    return inner_module(model, lambda m: callable(getattr(m, "get_rope_index", None)))
 
 
 # module names of the vision side in transformers' image-text-to-text models (Qwen-VL's

@@ -18,7 +18,12 @@ from typing import Any
 
 import torch
 
-from trinity.models.multimodal import MediaInputs, batch_media, media_forward_inputs
+from trinity.models.multimodal import (
+    MediaInputs,
+    batch_media,
+    inner_module,
+    media_forward_inputs,
+)
 from trinity.trainer.batch import TrainBatch
 
 # the image inputs get_image_features takes, by layout (Qwen-VL; Idefics3 / SmolVLM)
@@ -85,18 +90,15 @@ def shared_image_features(model: torch.nn.Module, batch: TrainBatch) -> Any | No
 def _image_encoder(model: Any) -> Any | None:
     """The module of ``model`` that encodes images (``get_image_features``) and knows
     the image token: the base model under a peft wrapper and the generation head."""
-    seen = model
-    for _ in range(4):
-        if callable(getattr(seen, "get_image_features", None)) and hasattr(
-            getattr(seen, "config", None), "image_token_id"
-        ):
-            if "ForConditionalGeneration" not in type(seen).__name__:
-                return seen
-        nxt = getattr(seen, "base_model", None) or getattr(seen, "model", None)
-        if nxt is None or nxt is seen:
-            return None
-        seen = nxt
-    return None
+
+    def encodes(m: Any) -> bool:
+        return (
+            callable(getattr(m, "get_image_features", None))
+            and hasattr(getattr(m, "config", None), "image_token_id")
+            and "ForConditionalGeneration" not in type(m).__name__
+        )
+
+    return inner_module(model, encodes)
 
 
 def _takes_encoder_outputs(model: Any) -> bool:
