@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trinity.models.history import merge_conversations
-from trinity.models.multimodal import has_media, json_messages
+from trinity.models.media_messages import has_media, json_messages
 from trinity.models.rollout_calls import (
     PreparedCall,
     pack_experiences,

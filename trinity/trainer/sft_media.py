@@ -14,7 +14,8 @@ from typing import Any
 import torch
 
 from trinity.models.media import media_parts
-from trinity.models.multimodal import json_messages, render_media_chat
+from trinity.models.media_messages import json_messages
+from trinity.models.multimodal import render_media_chat
 from trinity.types import EID, Experience
 
 
