@@ -65,3 +65,18 @@ def test_images_with_a_text_model_fail_the_dry_run(
     err = capsys.readouterr().err
     assert "buffer.explorer_input.tasksets[0].format.image_key: rows with images need a " in err
     assert f"'{tiny_model_dir}' is a text model" in err
+
+
+def test_images_on_dpo_rows_fail_the_dry_run(
+    tiny_idefics3_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    dpo = CONFIGS.parents[3] / "examples" / "dpo" / "dpo.yaml"
+    monkeypatch.chdir(CONFIGS.parents[3])
+    args = [
+        f"model.model_path={tiny_idefics3_dir}",
+        f"checkpoint_root_dir={tmp_path}",
+        "buffer.trainer_input.experience_buffer.format.image_key=images",
+    ]
+    assert main(["run", "--config", str(dpo), "--dry-run", *args]) != 0
+    err = capsys.readouterr().err
+    assert "buffer.trainer_input.experience_buffer.format.image_key: images are read by SFT " in err
