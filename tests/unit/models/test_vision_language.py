@@ -221,3 +221,31 @@ def test_a_groups_images_are_encoded_once_with_the_same_gradients(engine, vlm_di
     torch.testing.assert_close(shared_loss, plain_loss)
     for name, grad in plain_grads.items():
         torch.testing.assert_close(shared_grads[name], grad, atol=1e-4, rtol=1e-4, msg=name)
+
+
+def test_prompts_with_different_numbers_of_images_batch_together(engine, vlm_dir: Path) -> None:
+    """Two images in one prompt, one in the other: the batch pads (Idefics3) or
+    concatenates (Qwen-VL) them, in the engine as in the trainer."""
+    two = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "image", "image": squares_image(1)},
+                {"type": "image", "image": squares_image(4, color="blue")},
+                {"type": "text", "text": "Which has more?"},
+            ],
+        }
+    ]
+    model = ModelWrapper(engine, max_response_tokens=4)
+    exps = model.chat(two, n=2, temperature=1.0, seed=5) + model.chat(_question(2), seed=6)
+    for i, exp in enumerate(exps):
+        exp.eid.task = i
+    image_token = engine.model.config.image_token_id
+    assert int((exps[0].tokens[: exps[0].prompt_length] == image_token).sum()) == 8
+    policy = load_policy(vlm_dir, {}, gradient_checkpointing=False, lora_config=None)
+    with torch.no_grad():
+        logprobs, _ = forward_logprobs(policy, collate(exps, engine.pad_token_id))
+    for i, exp in enumerate(exps):
+        torch.testing.assert_close(
+            logprobs[i, : exp.response_length], exp.logprobs, atol=2e-4, rtol=0
+        )
