@@ -464,7 +464,7 @@ def _local_device(config: Config) -> Any:
     """The device of an engine in this process: the GPU Ray gave it, else the CPU."""
     from trinity.utils.device import compute_device
 
-    return compute_device(config)
+    return compute_device(config.cluster)
 
 
 def _remote_engine(

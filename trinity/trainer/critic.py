@@ -26,7 +26,7 @@ import torch
 
 from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss
 from trinity.algorithm.utils import masked_mean
-from trinity.config import Config, trainer_settings
+from trinity.config.trainer_settings import CriticSettings
 from trinity.models.overrides import model_config
 from trinity.trainer import checkpoint as ckpt
 from trinity.trainer.actor import autocast_context
@@ -123,7 +123,7 @@ class Critic:
 
     def __init__(
         self,
-        config: Config,
+        cfg: CriticSettings,
         *,
         model_dir: str | Path,
         total_steps: int,
@@ -133,7 +133,6 @@ class Critic:
     ) -> None:
         """``device``: where the value model computes (None: the CPU); batches stay
         where they are and each micro-batch is moved there."""
-        cfg = trainer_settings(config.trainer).critic
         self.logger = logger or logging.getLogger("trinity.trainer")
         self.compute_dtype = compute_dtype
         self.device = device or torch.device("cpu")

@@ -1,6 +1,7 @@
 """The algorithm's parts the trainer calls, built from ``algorithm`` and checked together.
 
-    parts = build_parts(config)   # policy loss, advantage fn, KL loss and penalty, entropy
+    # policy loss, advantage fn, KL loss and penalty, entropy
+    parts = build_parts(config.algorithm, trainer_settings(config.trainer).rollout_correction)
 
 A part that needs a model or input the config does not provide (a KL loss without the
 reference model, GAE without a critic, ...) fails here with the keys to change.
@@ -14,8 +15,9 @@ from typing import Any
 
 from trinity.algorithm import ADVANTAGE_FN, ENTROPY_LOSS_FN, KL_FN, POLICY_LOSS_FN
 from trinity.algorithm.args import build
-from trinity.config import Config, trainer_settings
+from trinity.config import AlgorithmConfig
 from trinity.config.algorithm_defaults import NONE
+from trinity.config.trainer_settings import RolloutCorrection
 
 # policy losses whose gradient is zero where the advantages are (Trainer.rows_with_gradient)
 LINEAR_IN_ADVANTAGE = ("ppo", "gspo")
@@ -35,10 +37,9 @@ class AlgorithmParts:
     entropy_has_grad: bool  # an entropy loss with a non-zero coefficient
 
 
-def policy_loss_args(config: Config) -> dict[str, Any]:
+def policy_loss_args(algo: AlgorithmConfig) -> dict[str, Any]:
     """``policy_loss_fn_args``, with ``algorithm.loss_agg_mode`` filled in when the loss
     aggregates tokens and its args leave the mode unset (the args win when they set it)."""
-    algo = config.algorithm
     args = dict(algo.policy_loss_fn_args)
     loss_cls = POLICY_LOSS_FN.get(algo.policy_loss_fn)
     names = (
@@ -51,10 +52,10 @@ def policy_loss_args(config: Config) -> dict[str, Any]:
     return args
 
 
-def build_parts(config: Config) -> AlgorithmParts:
-    """The registered parts ``config.algorithm`` names, checked against the models it uses."""
-    algo = config.algorithm
-    policy_loss = build(POLICY_LOSS_FN, algo.policy_loss_fn, policy_loss_args(config))
+def build_parts(algo: AlgorithmConfig, rollout_correction: RolloutCorrection) -> AlgorithmParts:
+    """The registered parts ``algo`` names, checked against the models it uses and the
+    trainer's ``rollout_correction``."""
+    policy_loss = build(POLICY_LOSS_FN, algo.policy_loss_fn, policy_loss_args(algo))
     advantage_fn = None
     if algo.advantage_fn and algo.advantage_fn != NONE:
         advantage_fn = build(ADVANTAGE_FN, algo.advantage_fn, algo.advantage_fn_args)
@@ -72,12 +73,13 @@ def build_parts(config: Config) -> AlgorithmParts:
             and float(getattr(entropy_loss.args, "entropy_coef", 0.0)) != 0.0
         ),
     )
-    check_parts(config, parts)
+    check_parts(algo, rollout_correction, parts)
     return parts
 
 
-def check_parts(config: Config, parts: AlgorithmParts) -> None:
-    algo = config.algorithm
+def check_parts(
+    algo: AlgorithmConfig, rollout_correction: RolloutCorrection, parts: AlgorithmParts
+) -> None:
     needs_ref = [
         f"{key} '{name}'"
         for key, name in (
@@ -103,7 +105,7 @@ def check_parts(config: Config, parts: AlgorithmParts) -> None:
             f"policy_loss_fn '{algo.policy_loss_fn}' needs advantages: set algorithm.advantage_fn"
         )
     # rollout correction: bypass_mode false recomputes the old log-probs at each step
-    rollout_is = trainer_settings(config.trainer).rollout_correction.rollout_is
+    rollout_is = rollout_correction.rollout_is
     if rollout_is is not None and "rollout_is_weights" not in inputs:
         raise TrainerSetupError(
             f"policy_loss_fn '{algo.policy_loss_fn}' does not take rollout correction "

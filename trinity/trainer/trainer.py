@@ -32,7 +32,7 @@ import torch
 
 from trinity.algorithm.loss_agg import LossNormalizer
 from trinity.algorithm.rollout_correction import rollout_is_weights
-from trinity.config import Config, trainer_settings
+from trinity.config import Config, ExplorerInputConfig, trainer_settings
 from trinity.config.algorithm_defaults import NONE
 from trinity.trainer import actor_checkpoint, distributed, export
 from trinity.trainer.actor import forward_logprobs
@@ -70,18 +70,17 @@ __all__ = [
 ]
 
 
-def _rollout_temperature(config: Config) -> float:
+def _rollout_temperature(inputs: ExplorerInputConfig) -> float:
     """The first taskset's temperature: that of rows with neither their own nor a taskset's."""
-    taskset = config.buffer.explorer_input.taskset
+    taskset = inputs.taskset
     if taskset is None or not taskset.rollout_args.temperature:
         return 1.0
     return float(taskset.rollout_args.temperature)
 
 
-def _taskset_temperatures(config: Config) -> dict[str, float]:
+def _taskset_temperatures(inputs: ExplorerInputConfig) -> dict[str, float]:
     """Each training taskset's configured temperature, by name: the temperature of its
     rows written before experiences kept their own (greedy, 0, sampled logprobs at 1)."""
-    inputs = config.buffer.explorer_input
     storages = list(inputs.tasksets) or ([inputs.taskset] if inputs.taskset else [])
     return {s.name: float(s.rollout_args.temperature or 1.0) for s in storages}
 
@@ -128,7 +127,7 @@ class Trainer:
         self.compute_dtype = compute_dtype(config.model.dtype)
         # cuda when the config asks for GPUs and Ray gave this process one, else the CPU;
         # batches are collated on the CPU and each micro-batch moves here
-        self.device = compute_device(config)
+        self.device = compute_device(config.cluster)
         # loaded in fp32; with model.dtype bfloat16 on one rank without LoRA the parameters
         # become bf16 and the optimizer keeps fp32 masters (trinity/trainer/precision.py),
         # otherwise fp32 parameters run under bf16 autocast
@@ -151,7 +150,7 @@ class Trainer:
             freeze_vision_tower=policy.freeze_vision_tower,
         )
 
-        parts = build_parts(config)
+        parts = build_parts(algo, settings.rollout_correction)
         self.policy_loss = parts.policy_loss
         self.advantage_fn = parts.advantage_fn
         self.kl_loss = parts.kl_loss
@@ -178,7 +177,7 @@ class Trainer:
         self.critic: Critic | None = None
         if algo.use_critic:
             self.critic = Critic(
-                config,
+                settings.critic,
                 model_dir=critic_model_dir or self.model_dir,
                 total_steps=total_steps,
                 compute_dtype=self.compute_dtype,
@@ -219,8 +218,8 @@ class Trainer:
         self.old_max_tokens = policy.old_logprobs.max_tokens
         self.grad_clip = policy.grad_clip
         self.ppo_epochs = policy.epochs
-        self.temperature = _rollout_temperature(config)
-        self.taskset_temperatures = _taskset_temperatures(config)
+        self.temperature = _rollout_temperature(config.buffer.explorer_input)
+        self.taskset_temperatures = _taskset_temperatures(config.buffer.explorer_input)
         self.max_response_tokens = config.model.max_response_tokens
         self.global_step = 0
 

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from trinity.config.schema import Config
+    from trinity.config.schema import ClusterConfig, Config
 
 
-def compute_device(config: Config) -> torch.device:
+def compute_device(cluster: ClusterConfig) -> torch.device:
     """``cuda`` (this process's current device) when ``cluster.gpu_per_node > 0`` and
     CUDA is available here, else ``cpu``."""
-    if config.cluster.gpu_per_node > 0 and torch.cuda.is_available():
+    if cluster.gpu_per_node > 0 and torch.cuda.is_available():
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 

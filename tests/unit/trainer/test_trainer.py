@@ -189,7 +189,7 @@ def test_algorithm_loss_agg_mode_reaches_the_policy_loss(
     cfg = make_config(
         tiny_model_dir, tmp_path, "grpo", algorithm={"loss_agg_mode": "seq-mean-token-sum"}
     )
-    assert policy_loss_args(cfg)["loss_agg_mode"] == "seq-mean-token-sum"
+    assert policy_loss_args(cfg.algorithm)["loss_agg_mode"] == "seq-mean-token-sum"
     # the loss's own argument wins
     cfg = make_config(
         tiny_model_dir,

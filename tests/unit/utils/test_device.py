@@ -37,19 +37,19 @@ def _cuda_visible(monkeypatch: pytest.MonkeyPatch, visible: bool) -> None:
 
 def test_a_cpu_config_computes_on_the_cpu_even_where_cuda_is_visible(monkeypatch) -> None:
     _cuda_visible(monkeypatch, True)
-    assert dev.compute_device(_config(0)) == torch.device("cpu")
+    assert dev.compute_device(_config(0).cluster) == torch.device("cpu")
 
 
 def test_a_gpu_config_computes_on_the_cpu_where_cuda_is_absent(monkeypatch) -> None:
     # inside a Ray actor that Ray gave no GPU, CUDA_VISIBLE_DEVICES hides every device
     _cuda_visible(monkeypatch, False)
-    assert dev.compute_device(_config(1)) == torch.device("cpu")
+    assert dev.compute_device(_config(1).cluster) == torch.device("cpu")
 
 
 def test_a_gpu_config_computes_on_the_current_cuda_device(monkeypatch) -> None:
     _cuda_visible(monkeypatch, True)
-    assert dev.compute_device(_config(2)) == torch.device("cuda", 0)
-    assert dev.is_cuda(dev.compute_device(_config(2)))
+    assert dev.compute_device(_config(2).cluster) == torch.device("cuda", 0)
+    assert dev.is_cuda(dev.compute_device(_config(2).cluster))
     assert not dev.is_cuda("cpu") and not dev.is_cuda(None)
 
 
