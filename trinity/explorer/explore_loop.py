@@ -253,7 +253,9 @@ class ExploreLoop:
 
     def _resume(self, step: int) -> None:
         """Continue after ``step``: its taskset position and (mode both) its checkpoint."""
-        state = explorer_state_at(self.job_dir, step) or derived_explorer_state(self.config, step)
+        state = explorer_state_at(self.job_dir, step) or derived_explorer_state(
+            self.config.buffer, step
+        )
         self.explorer.load_state_dict(state)
         if self.config.mode == "both":
             # merges the shards of however many trainer ranks wrote the checkpoint

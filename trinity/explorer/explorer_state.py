@@ -16,7 +16,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from trinity.config import Config
+from trinity.config import BufferConfig
 from trinity.trainer import checkpoint as ckpt
 
 logger = logging.getLogger("trinity.launch")
@@ -49,12 +49,12 @@ def latest_explored(job_dir: Path) -> int:
     return int(meta.get("latest_iteration", 0))
 
 
-def derived_explorer_state(config: Config, step: int) -> dict[str, Any]:
+def derived_explorer_state(buffer: BufferConfig, step: int) -> dict[str, Any]:
     """The taskset position after ``step`` full batches, for runs that recorded none."""
     logger.warning(
         "no explorer state recorded for step %d: resuming the tasksets at position %d "
         "(step x batch_size)",
         step,
-        step * config.buffer.batch_size,
+        step * buffer.batch_size,
     )
-    return {"taskset": {"position": step * config.buffer.batch_size}}
+    return {"taskset": {"position": step * buffer.batch_size}}

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Literal
 
 from trinity.buffer.task_reader import TasksetReader
-from trinity.config import Config
+from trinity.config import AlgorithmConfig, Config
 from trinity.config.schema import StorageConfig
 
 DatasetKind = Literal["sft", "dpo", "cpt"]
@@ -22,16 +22,16 @@ class TrainInputError(ValueError):
     """The trainer's input cannot be built from the config."""
 
 
-def dataset_kind(config: Config) -> DatasetKind:
-    if config.algorithm.algorithm_type == "cpt":
+def dataset_kind(algo: AlgorithmConfig) -> DatasetKind:
+    if algo.algorithm_type == "cpt":
         return "cpt"  # raw text, no chat template
-    return "dpo" if config.algorithm.policy_loss_fn == "dpo" else "sft"
+    return "dpo" if algo.policy_loss_fn == "dpo" else "sft"
 
 
 def rows_per_step(config: Config) -> int:
     """Dataset rows one train step reads: train_batch_size, halved for DPO pairs."""
     size = int(config.buffer.train_batch_size or 1)
-    if dataset_kind(config) == "dpo":
+    if dataset_kind(config.algorithm) == "dpo":
         if size % 2:
             raise TrainInputError(
                 f"buffer.train_batch_size is {size}: dpo trains on chosen/rejected pairs, "

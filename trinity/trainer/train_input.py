@@ -19,7 +19,7 @@ from typing import Any
 
 from trinity.algorithm.args import build
 from trinity.algorithm.registries import SAMPLE_STRATEGY
-from trinity.config import Config
+from trinity.config import Config, ModelConfig
 from trinity.config.algorithm_defaults import trains_on_dataset
 from trinity.models.engine import chat_template_args
 from trinity.trainer.dataset_steps import (
@@ -60,14 +60,16 @@ class TrainInput:
             self.dataset = DatasetSource(
                 dataset_storage(config),
                 tokenizer,
-                kind=dataset_kind(config),
+                kind=dataset_kind(config.algorithm),
                 batch_size=self.rows_per_step,
                 total_epochs=config.buffer.total_epochs,
                 total_steps=config.buffer.total_steps,
                 seed=config.seed,
                 limits=limits,
                 template_args=template_args,
-                processor=media_processor(config, dataset_storage(config), dataset_kind(config)),
+                processor=media_processor(
+                    config.model, dataset_storage(config), dataset_kind(config.algorithm)
+                ),
             )
         elif read_buffer is None:
             raise TrainInputError(
@@ -92,7 +94,7 @@ class TrainInput:
                 seed=config.seed,
                 limits=limits,
                 template_args=template_args,
-                processor=media_processor(config, storage, "sft"),
+                processor=media_processor(config.model, storage, "sft"),
             )
 
     def next_batch(self, model_version: int) -> list[Experience]:
@@ -111,7 +113,7 @@ class TrainInput:
         )
 
 
-def media_processor(config: Config, storage: Any, kind: str) -> Any:
+def media_processor(model: ModelConfig, storage: Any, kind: str) -> Any:
     """The policy's processor when ``storage``'s rows carry images (``format.image_key``
     or ``video_key``) for SFT; None otherwise. Images on a DPO or CPT dataset, or on a
     text policy, are refused here."""
@@ -126,10 +128,10 @@ def media_processor(config: Config, storage: Any, kind: str) -> Any:
         raise TrainInputError(
             f"{where}: format.image_key / video_key are read by SFT datasets only, not {kind}"
         )
-    path = resolve_model_path(config.model.model_path)
+    path = resolve_model_path(model.model_path)
     if not is_vision_language(path):
         raise TrainInputError(
             f"{where}: format.image_key needs a vision-language model.model_path; "
-            f"'{config.model.model_path}' is a text model"
+            f"'{model.model_path}' is a text model"
         )
-    return load_processor(path, config.model.custom_chat_template)
+    return load_processor(path, model.custom_chat_template)

@@ -81,7 +81,7 @@ def test_a_meta_file_without_steps_still_names_its_latest_state(tmp_path: Path) 
 
 def test_derived_state_resumes_the_reader_after_whole_batches(tmp_path: Path) -> None:
     cfg = make_config(tmp_path)
-    state = derived_explorer_state(cfg, 3)
+    state = derived_explorer_state(cfg.buffer, 3)
     uninterrupted = make_taskset_mix(cfg)
     for _ in range(3):
         uninterrupted.read_batch()
