@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from trinity.config import TrainerConfig
+
 EXIT_CONFIG_ERROR = 2
 EXIT_INTERRUPTED = 130  # as a shell reports a process ended by SIGINT
 
@@ -19,11 +24,12 @@ def load_plugins(plugin_dirs: list[str]) -> None:
         raise SystemExit(f"trinity: {err}") from None
 
 
-def load_external_libs(config) -> None:
-    """Import ``model.external_lib`` (before the names the run looks up are checked)."""
+def load_external_libs(trainer: TrainerConfig) -> None:
+    """Import the ``external_lib`` modules of ``trainer`` (before the names the run looks
+    up are checked)."""
     from trinity.launch.run import PluginError, load_external_libs
 
     try:
-        load_external_libs(config)
+        load_external_libs(trainer)
     except PluginError as err:
         raise SystemExit(f"trinity: config error: {err}") from None

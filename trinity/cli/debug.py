@@ -93,7 +93,7 @@ def _cmd_debug(args: argparse.Namespace) -> int:
     except (ConfigError, FileNotFoundError) as err:
         print(f"trinity: config error: {err}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
-    load_external_libs(config)
+    load_external_libs(config.trainer)
     if args.num_tasks < 1:
         print(f"trinity: --num-tasks must be at least 1, got {args.num_tasks}", file=sys.stderr)
         return EXIT_CONFIG_ERROR

@@ -40,7 +40,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     load_plugins(args.plugin_dir)
     try:
         config = load_config(args.config, args.overrides)
-        load_external_libs(config)
+        load_external_libs(config.trainer)
         # the names and data paths the run will look up, on this machine, with the plugins
         check_lookups(config)
         # what the file and overrides set, before resolve fills in the rest

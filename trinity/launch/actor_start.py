@@ -38,7 +38,7 @@ def start_actor(config: Config, job_dir: Path, name: str, plugin_dirs: Sequence[
     # synchronous mode, so each may use every core while it works
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     load_plugins(plugin_dirs)
-    load_external_libs(config)
+    load_external_libs(config.trainer)
     return get_actor_logger(
         name,
         job_dir / "log",

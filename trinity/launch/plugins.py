@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from trinity.config import Config, trainer_settings
+from trinity.config import TrainerConfig, trainer_settings
 
 PLUGIN_MODULE_PREFIX = "trinity_plugin_"
 
@@ -54,14 +54,14 @@ def load_plugins(plugin_dirs: Sequence[str | Path]) -> list[str]:
     return names
 
 
-def load_external_libs(config: Config) -> list[str]:
+def load_external_libs(trainer: TrainerConfig) -> list[str]:
     """Import the modules ``model.external_lib`` names (the actor's, then the critic's).
 
     veRL's key: a module that registers custom architectures with transformers' Auto
     classes before a model is built; it may register workflows or reward functions too.
     Called in the driver before the run's names are looked up and first in every actor.
     """
-    settings = trainer_settings(config.trainer)
+    settings = trainer_settings(trainer)
     names: list[str] = []
     for key, name in (
         ("actor_rollout_ref.model.external_lib", settings.policy.external_lib),
