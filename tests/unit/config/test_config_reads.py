@@ -5,7 +5,7 @@ the upstream example configs of ``tests/unit/config/examples/`` go through a dry
 (load, lookups, report), and while the examples of ``BUILT`` build a run's components in
 this process, on the tiny model (``trinity.loop.build``: explorer with its engine and
 runners, experience pipeline, buffer, trainer, weight receiver), and run one RL step
-(mode train: the trainer and its input, and one train step). A key counts as read when a
+(mode train: the run's train loop for one step). A key counts as read when a
 module outside ``trinity/config/`` or a ``TRANSLATORS`` module reads it, or when it is one
 of ``CONSUMED_IN_CONFIG`` (keys the config layer turns into other keys) and that module
 reads it: validation, the dry-run report and ``to_plain`` read every key and prove nothing.
@@ -239,8 +239,9 @@ def _written(path: str) -> list[tuple[str, str]]:
 
 
 # config modules that translate a layout of the file into what the run reads (veRL's
-# trainer_config into the trainer's settings): their reads are the run's
-TRANSLATORS = ("config/upstream/",)
+# trainer_config into the trainer's settings): their reads are the run's. Only the
+# translation the run calls: the other upstream modules read the config at load time
+TRANSLATORS = ("config/upstream/verl.py",)
 
 
 def _is_read(key: str, reads: Reads) -> bool:
