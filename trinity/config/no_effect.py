@@ -175,6 +175,22 @@ NO_EFFECT: dict[str, str] = {
     "trainer.trainer_config.actor_rollout_ref.actor.optim.total_training_steps": (
         "the policy's schedule spans the run's train steps"
     ),
+    **{
+        f"trainer.trainer_config.actor_rollout_ref.actor.optim.{key}": (
+            "algorithm.optimizer is the policy's optimizer, as in Trinity-RFT; the load logs "
+            "where this one differs"
+        )
+        for key in (
+            "lr",
+            "lr_warmup_steps",
+            "lr_warmup_steps_ratio",
+            "lr_scheduler_type",
+            "warmup_style",
+            "min_lr_ratio",
+            "weight_decay",
+            "betas",
+        )
+    },
     "trainer.trainer_config.actor_rollout_ref.ref.ulysses_sequence_parallel_size": _NO_SP,
     "trainer.trainer_config.actor_rollout_ref.ref.entropy_from_logits_with_chunking": (
         _NO_REF_ENTROPY

@@ -137,6 +137,12 @@ NAME_READ_FOR_SOMETHING_ELSE = {
         for key in ("param_offload", "optimizer_offload")
     },
     "model.lora_configs[].name": "trainer/trainer.py",  # every '.name' of the code
+    # the fields of algorithm.optimizer, the policy's optimizer, of the same names
+    **{
+        key: "trainer/trainer.py"
+        for key in NO_EFFECT
+        if ".actor.optim." in key and not key.endswith("total_training_steps")
+    },
     "trainer.trainer_config.actor_rollout_ref.actor.strategy": "trainer/train_input.py",
     "trainer.trainer_config.critic.strategy": "trainer/train_input.py",
     "trainer.trainer_config.actor_rollout_ref.actor.shuffle": "buffer/task_reader.py",
