@@ -1,6 +1,7 @@
 """Trinity-RFT's ``mode: colocate``: the explorer and the trainer on one GPU.
 
-Here that is mode ``both`` with ``cluster.colocate`` true, the one-GPU device plan
+Here that is mode ``both`` with ``cluster.colocate`` true (the mode's spelling is turned
+into it by ``trinity.config.upstream.spellings``), the one-GPU device plan
 (``trinity.config.device_plan``: both actors on GPU 0, weights through CUDA IPC), and
 the rollout engine's memory handed over at each step: it frees its KV cache once its
 rollouts are done and takes it again before the next ones
@@ -12,39 +13,7 @@ run's start say in one line.
 
 from __future__ import annotations
 
-from typing import Any
-
 from trinity.config.errors import ConfigError
-
-COLOCATE = "colocate"
-MODES = "both, train, explore, bench, serve"
-
-
-def colocate_spelling(data: dict[str, Any]) -> None:
-    """Turn ``mode: colocate`` in ``data`` (a config as plain data, changed in place)
-    into mode both with ``cluster.colocate`` true; a stage may say colocate only in a
-    colocated run (its mode is then both)."""
-    colocated = data.get("mode") == COLOCATE
-    if colocated:
-        data["mode"] = "both"
-        cluster = data.get("cluster")
-        cluster = dict(cluster) if isinstance(cluster, dict) else {}
-        cluster["colocate"] = True
-        cluster.setdefault("gpu_per_node", 1)
-        data["cluster"] = cluster
-    stages = data.get("stages")
-    for index, stage in enumerate(stages if isinstance(stages, list) else []):
-        if not isinstance(stage, dict) or stage.get("mode") != COLOCATE:
-            continue
-        if not colocated:
-            raise ConfigError(
-                f"stages[{index}].mode",
-                "colocate places the whole run on one GPU: write mode: colocate at the top "
-                "level (its stages then run mode both)",
-                value=COLOCATE,
-                valid=MODES,
-            )
-        stage["mode"] = "both"
 
 
 def check_colocated_gpus(node_num: int, gpu_per_node: int) -> None:

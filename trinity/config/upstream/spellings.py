@@ -24,8 +24,10 @@ import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from trinity.config.colocate import colocate_spelling
 from trinity.config.errors import ConfigError
+
+COLOCATE = "colocate"
+MODES = "both, train, explore, bench, serve"
 
 
 def upstream_spellings(data: Any) -> Any:
@@ -182,3 +184,30 @@ def _storages(buffer: Any, path: str) -> Iterator[tuple[str, dict[str, Any]]]:
         for name, item in (auxiliary if isinstance(auxiliary, Mapping) else {}).items():
             if isinstance(item, dict):
                 yield f"{path}.trainer_input.auxiliary_buffers.{name}", item
+
+
+def colocate_spelling(data: dict[str, Any]) -> None:
+    """Turn ``mode: colocate`` in ``data`` (a config as plain data, changed in place)
+    into mode both with ``cluster.colocate`` true; a stage may say colocate only in a
+    colocated run (its mode is then both)."""
+    colocated = data.get("mode") == COLOCATE
+    if colocated:
+        data["mode"] = "both"
+        cluster = data.get("cluster")
+        cluster = dict(cluster) if isinstance(cluster, dict) else {}
+        cluster["colocate"] = True
+        cluster.setdefault("gpu_per_node", 1)
+        data["cluster"] = cluster
+    stages = data.get("stages")
+    for index, stage in enumerate(stages if isinstance(stages, list) else []):
+        if not isinstance(stage, dict) or stage.get("mode") != COLOCATE:
+            continue
+        if not colocated:
+            raise ConfigError(
+                f"stages[{index}].mode",
+                "colocate places the whole run on one GPU: write mode: colocate at the top "
+                "level (its stages then run mode both)",
+                value=COLOCATE,
+                valid=MODES,
+            )
+        stage["mode"] = "both"
