@@ -27,7 +27,6 @@ environment, no cluster. The documented derivations:
 from __future__ import annotations
 
 import copy
-import dataclasses
 from datetime import datetime
 from pathlib import Path
 
@@ -35,7 +34,6 @@ from trinity.config.algorithm_defaults import NONE, PART_NAMES, defaults_for
 from trinity.config.errors import ConfigError
 from trinity.config.schema import (
     Config,
-    OptimizerConfig,
     StorageConfig,
     TrainerConfig,
     VerlTrainerConfig,
@@ -340,7 +338,7 @@ def _resolve_trainer(cfg: Config) -> None:
     if optimizer.total_training_steps == -1 and run_steps is not None:
         optimizer.total_training_steps = run_steps
     # algorithm.optimizer wins over a veRL-layout actor optimizer, as in Trinity-RFT;
-    # load_config logs the fields where they differ (optimizer_differences)
+    # load_config logs the fields where they differ (upstream/notes.py)
     actor.optim = copy.deepcopy(optimizer)
     if tc.critic.optim.total_training_steps == -1:
         tc.critic.optim.total_training_steps = optimizer.total_training_steps
@@ -407,24 +405,3 @@ def steps_from_buffer(cfg: Config) -> int | None:
         return None  # validate names the batch size; nothing to derive from it
     experiences = buffer.total_steps * buffer.batch_size * cfg.algorithm.repeat_times
     return max(1, experiences // buffer.train_batch_size)  # exact for any size of int
-
-
-def optimizer_differences(cfg: Config) -> list[tuple[str, object, object]]:
-    """``(field, actor value, algorithm.optimizer value)`` of each field the veRL-layout
-    actor optimizer (``trainer.trainer_config.actor_rollout_ref.actor.optim``) sets to
-    another value than ``algorithm.optimizer``, which resolve uses. A field the actor
-    optimizer leaves at its default is taken as not given; ``total_training_steps`` is
-    filled from the run's length and not compared."""
-    tc = cfg.trainer.trainer_config
-    given = tc.actor_rollout_ref.actor.optim if tc is not None else None
-    if given is None:
-        return []
-    default, used = OptimizerConfig(), cfg.algorithm.optimizer
-    found = []
-    for f in dataclasses.fields(OptimizerConfig):
-        if f.name == "total_training_steps":
-            continue
-        mine, theirs = getattr(given, f.name), getattr(used, f.name)
-        if mine != theirs and mine != getattr(default, f.name):
-            found.append((f.name, mine, theirs))
-    return found

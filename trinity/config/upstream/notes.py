@@ -13,13 +13,13 @@ actor optimizer.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping
 from typing import Any
 
-from trinity.config.derived import optimizer_differences
 from trinity.config.errors import format_value
-from trinity.config.schema import Config
+from trinity.config.schema import Config, OptimizerConfig
 from trinity.config.stages import apply_stage
 from trinity.config.upstream.spellings import runners_per_engine
 
@@ -88,3 +88,24 @@ def _optimizer_note(where: str, differences: list[tuple[str, Any, Any]]) -> str:
         for name, mine, used in differences
     ]
     return "; ".join(parts) + f"; the run uses {where}algorithm.optimizer"
+
+
+def optimizer_differences(cfg: Config) -> list[tuple[str, object, object]]:
+    """``(field, actor value, algorithm.optimizer value)`` of each field the veRL-layout
+    actor optimizer (``trainer.trainer_config.actor_rollout_ref.actor.optim``) sets to
+    another value than ``algorithm.optimizer``, which resolve uses. A field the actor
+    optimizer leaves at its default is taken as not given; ``total_training_steps`` is
+    filled from the run's length and not compared."""
+    tc = cfg.trainer.trainer_config
+    given = tc.actor_rollout_ref.actor.optim if tc is not None else None
+    if given is None:
+        return []
+    default, used = OptimizerConfig(), cfg.algorithm.optimizer
+    found = []
+    for f in dataclasses.fields(OptimizerConfig):
+        if f.name == "total_training_steps":
+            continue
+        mine, theirs = getattr(given, f.name), getattr(used, f.name)
+        if mine != theirs and mine != getattr(default, f.name):
+            found.append((f.name, mine, theirs))
+    return found
