@@ -97,7 +97,9 @@ def build(
         explorer = Explorer(config, model_dir=model_dir, log_dir=log_dir, logger=logger)
         closers.append(explorer.close)
     try:
-        pipeline = experience_pipeline(config, job_dir)
+        pipeline = experience_pipeline(
+            config.data_processor.experience_pipeline, config.service.data_juicer, job_dir
+        )
         closers.append(pipeline.close)
         buffer = make_experience_buffer(config.buffer.trainer_input.experience_buffer)
         closers.append(buffer.close)

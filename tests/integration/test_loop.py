@@ -181,7 +181,9 @@ def test_the_run_loops_explore_then_train_in_one_process(
         cfg,
         job_dir,
         explorer,
-        experience_pipeline(cfg, job_dir),
+        experience_pipeline(
+            cfg.data_processor.experience_pipeline, cfg.service.data_juicer, job_dir
+        ),
         receiver,
         make_monitor("", project="p", name="n", role="explorer", job_dir=job_dir),
         peers,

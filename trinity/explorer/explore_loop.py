@@ -22,7 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from trinity.config import Config
+from trinity.config import Config, DataJuicerServiceConfig, ExperiencePipelineConfig
 from trinity.explorer.explorer_state import (
     derived_explorer_state,
     explorer_state_at,
@@ -44,18 +44,20 @@ if TYPE_CHECKING:  # torch and the models load with the explorer, not with this 
     from trinity.types import Experience
 
 
-def experience_pipeline(config: Config, job_dir: Path | None) -> ExperiencePipeline:
-    """``data_processor.experience_pipeline``; with ``save_input`` every batch it gets is
-    also appended to ``input_save_path`` (default: ``<job_dir>/buffer/...``)."""
+def experience_pipeline(
+    pipe: ExperiencePipelineConfig,
+    data_juicer: DataJuicerServiceConfig | None,
+    job_dir: Path | None,
+) -> ExperiencePipeline:
+    """``data_processor.experience_pipeline`` (its Data-Juicer operators served by
+    ``service.data_juicer``); with ``save_input`` every batch it gets is also appended to
+    ``input_save_path`` (default: ``<job_dir>/buffer/...``)."""
     from trinity.pipeline import ExperiencePipeline
 
-    pipe = config.data_processor.experience_pipeline
     save_path = pipe.input_save_path
     if not save_path and job_dir is not None:
         save_path = Path(job_dir) / "buffer" / "experience_pipeline_input.jsonl"
-    return ExperiencePipeline(
-        pipe.operators, save_path if pipe.save_input else None, config.service.data_juicer
-    )
+    return ExperiencePipeline(pipe.operators, save_path if pipe.save_input else None, data_juicer)
 
 
 def hand_on(

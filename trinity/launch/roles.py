@@ -90,7 +90,9 @@ class ExplorerRole:
 
         monitor = _monitor(config, job_path, "explorer")
         explorer = Explorer(config, model_dir=model_dir, log_dir=job_path / "log", logger=logger)
-        pipeline = experience_pipeline(config, job_path)
+        pipeline = experience_pipeline(
+            config.data_processor.experience_pipeline, config.service.data_juicer, job_path
+        )
         receiver = weights.WeightReceiver(
             config, job_path, synchronizer, model_dir, logger, engines=explorer.engines
         )
