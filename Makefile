@@ -25,8 +25,8 @@ demo: $(STAMP)
 # other paths: the plain torch path, and a build for a baseline x86-64 (no AVX-512, no
 # AMX), whatever this CPU has
 KERNEL_TESTS := tests/unit/kernels tests/unit/trainer/test_fused_layers.py \
-	tests/unit/trainer/test_precision.py tests/unit/models/test_fast_decode.py \
-	tests/unit/models/test_sampling.py tests/unit/algorithm/test_utils.py
+	tests/unit/trainer/test_precision.py tests/unit/rollout/test_fast_decode.py \
+	tests/unit/rollout/test_sampling.py tests/unit/algorithm/test_utils.py
 
 # three workers on two cores: the tests that start Ray or run a whole job run in turn, in
 # two serial groups (the scheduler in tests/conftest.py), and a serial test's worker mostly

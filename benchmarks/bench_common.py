@@ -27,7 +27,7 @@ def default_model_dir() -> Path:
     given = os.environ.get("TRINITY_SMOL_DIR")
     if given:
         return Path(given)
-    from trinity.models.model_path import DEFAULT_MODEL, resolve_model_path
+    from trinity.rollout.model_path import DEFAULT_MODEL, resolve_model_path
 
     return resolve_model_path(DEFAULT_MODEL)
 

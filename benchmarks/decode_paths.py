@@ -61,7 +61,7 @@ def tiny_model(out: Path) -> Path:
 
 def workloads(prompt: list[int], rows: int, tokens: int) -> dict[str, list]:
     """name -> list of (prompts, SamplingParams) requests submitted together."""
-    from trinity.models.sampling import SamplingParams
+    from trinity.rollout.sampling import SamplingParams
 
     uniform = [([prompt], SamplingParams(n=rows, max_tokens=tokens, ignore_eos=True, seed=0))]
     low = max(1, tokens // 8)
@@ -102,7 +102,7 @@ def main() -> int:
         print("decode_paths: --device cuda, but torch.cuda.is_available() is False here")
         return 1
 
-    from trinity.models.engine import TransformersEngine
+    from trinity.rollout.engine import TransformersEngine
 
     with tempfile.TemporaryDirectory(prefix="decode-bench-") as tmp:
         model_dir = tiny_model(Path(tmp)) if args.tiny else default_model_dir()

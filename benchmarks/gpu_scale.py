@@ -168,7 +168,7 @@ class TrinityStep:
         decode: str | None,
         gpu_memory_utilization: float,
     ) -> None:
-        from trinity.models.engine import TransformersEngine
+        from trinity.rollout.engine import TransformersEngine
         from trinity.trainer.trainer import Trainer
 
         extra = [
@@ -206,7 +206,7 @@ class TrinityStep:
 
     def step(self) -> dict[str, float]:
         """Rollout, train, sync: their seconds, and the tokens decoded and trained."""
-        from trinity.models.sampling import SamplingParams
+        from trinity.rollout.sampling import SamplingParams
         from trinity.types import EID, Experience
 
         work = self.work

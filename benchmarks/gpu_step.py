@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/gpu_step.py --steps 2 --warmup 1
 
 The step of ``benchmarks/grpo_step.py`` (the default model, SmolLM2-135M-Instruct as
-``trinity/models/model_path.py`` resolves it; two tasks of the demo's arithmetic taskset with
+``trinity/rollout/model_path.py`` resolves it; two tasks of the demo's arithmetic taskset with
 8 rollouts each, at most 32 new tokens, one AdamW update on the whole batch, no KL and
 no reference model), with the rollout engine and the trainer in this process on the
 same GPU, as a one-GPU run colocates them (``cluster.gpu_per_node: 1``): rollout, train

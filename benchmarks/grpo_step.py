@@ -78,8 +78,8 @@ class TrinityGRPO:
         """``extra``: config overrides; ``engine_args``: more keywords of the engine
         (``benchmarks/gpu_step.py`` passes its device); ``dtype``: ``model.dtype`` of the
         engine and the trainer."""
-        from trinity.models.engine import TransformersEngine
-        from trinity.models.wrapper import ModelWrapper
+        from trinity.rollout.engine import TransformersEngine
+        from trinity.rollout.wrapper import ModelWrapper
         from trinity.trainer.trainer import Trainer
 
         self._tmp = tempfile.TemporaryDirectory(prefix="grpo-bench-")

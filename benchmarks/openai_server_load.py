@@ -3,7 +3,7 @@
     nice -n 15 .venv/bin/python benchmarks/openai_server_load.py              # ~3-5 min
     nice -n 15 .venv/bin/python benchmarks/openai_server_load.py --seconds 20 --clients 32
 
-Starts the server (``trinity.models.server.OpenAIServer`` on a ``TransformersEngine``
+Starts the server (``trinity.rollout.server.OpenAIServer`` on a ``TransformersEngine``
 with the built-in SmolLM2-135M-Instruct, or ``--model DIR``) in a child process on
 127.0.0.1 with the config's default admission limits, then drives it from this process
 with ``--clients`` concurrent clients, each sending small chat requests one after another
@@ -43,9 +43,9 @@ PROMPTS = ["What is 2 + 3?", "Name a colour.", "Say hello.", "Count to three."]
 
 def serve(model_dir: str, max_model_len: int) -> None:
     """The child: the server on 127.0.0.1 until stdin closes; prints its base URL."""
-    from trinity.models.engine import TransformersEngine
-    from trinity.models.server import OpenAIServer
-    from trinity.models.wrapper import ModelWrapper
+    from trinity.rollout.engine import TransformersEngine
+    from trinity.rollout.server import OpenAIServer
+    from trinity.rollout.wrapper import ModelWrapper
 
     engine = TransformersEngine(model_dir, max_model_len=max_model_len)
     with OpenAIServer({NAME: ModelWrapper(engine, name=NAME)}, host="127.0.0.1") as server:

@@ -100,8 +100,8 @@ def main() -> int:
     if args.tokens < 1 or args.repeats < 1 or min(args.batch) < 1:
         parser.error("--tokens, --repeats and every --batch must be >= 1")
 
-    from trinity.models.engine import TransformersEngine
-    from trinity.models.sampling import SamplingParams
+    from trinity.rollout.engine import TransformersEngine
+    from trinity.rollout.sampling import SamplingParams
 
     model_dir = default_model_dir()
     engine = TransformersEngine(
@@ -111,7 +111,7 @@ def main() -> int:
         fast_decode=not args.no_fast_decode,
     )
     # on the engine's thread: parallel torch work on a second thread would start a second
-    # OpenMP team and slow the engine's decoding down (trinity.models.batcher)
+    # OpenMP team and slow the engine's decoding down (trinity.rollout.batcher)
     read_bw, copy_bw = engine.run_in_worker(measure_bandwidth)
     bandwidth = max(read_bw, copy_bw)
     peak = engine.run_in_worker(lambda: matmul_peak(getattr(torch, args.dtype)))

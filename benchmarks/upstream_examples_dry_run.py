@@ -36,7 +36,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-DEFAULT_MODEL = "SmolLM2-135M-Instruct"  # trinity.models.model_path.DEFAULT_MODEL
+DEFAULT_MODEL = "SmolLM2-135M-Instruct"  # trinity.rollout.model_path.DEFAULT_MODEL
 MODEL_KEYS = ("model_path", "critic_model_path")
 # format keys naming a row's column, with a value of the kind the column holds
 TEXT_KEYS = (

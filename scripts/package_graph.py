@@ -34,7 +34,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("types", "utils", "kernels"),
     ("config",),
     ("algorithm", "rewards"),
-    ("models", "service"),
+    ("rollout", "service"),
     ("workflows",),
     ("buffer", "pipeline", "monitor"),
     ("trainer",),

@@ -113,7 +113,7 @@ def smollm2_dir() -> Path:
     """
     if os.environ.get("TRINITY_SMOL_DIR"):
         return Path(os.environ["TRINITY_SMOL_DIR"])
-    from trinity.models.model_path import DEFAULT_MODEL, resolve_model_path
+    from trinity.rollout.model_path import DEFAULT_MODEL, resolve_model_path
 
     return resolve_model_path(DEFAULT_MODEL)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from trinity.models.multimodal import images_only_class
+from trinity.rollout.multimodal import images_only_class
 
 # ChatML, as SmolLM2's; a list content renders its text parts and, for each image part,
 # the image placeholder of the processor (which expands it into the image's tokens)

@@ -83,7 +83,7 @@ def build(
     """
     from trinity.buffer import make_experience_buffer
     from trinity.explorer.explorer import Explorer
-    from trinity.models.model_path import resolve_model_path
+    from trinity.rollout.model_path import resolve_model_path
     from trinity.trainer.train_input import TrainInput
     from trinity.trainer.trainer import Trainer
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # a Task needs no torch: the driver reads tasks and rewards without it
     import torch
 
-    from trinity.models.multimodal import MediaInputs
+    from trinity.rollout.multimodal import MediaInputs
 
 
 @dataclass

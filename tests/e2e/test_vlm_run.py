@@ -19,7 +19,7 @@ from cli_testing import REPO, run_cli
 from test_resume import REWARD_PLUGIN
 from transformers import AutoModelForImageTextToText
 
-from trinity.models.multimodal import is_vision_language, load_processor
+from trinity.rollout.multimodal import is_vision_language, load_processor
 
 EXAMPLE = REPO / "examples" / "vlm"
 

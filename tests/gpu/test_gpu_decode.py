@@ -26,7 +26,7 @@ PROMPTS = [[1, 4093, 198, 1780, 314], [1, 520], [1, *range(30, 52)], [1, 9, 8, 7
 
 @pytest.fixture(scope="module")
 def engines(tiny_model_dir: Path):
-    from trinity.models.engine import TransformersEngine
+    from trinity.rollout.engine import TransformersEngine
 
     with (
         TransformersEngine(str(tiny_model_dir), dtype="float32", decode="reference") as cpu,
@@ -46,7 +46,7 @@ def assert_same(got, want) -> None:
 
 
 def test_cuda_takes_the_static_path_with_graphs(engines) -> None:
-    from trinity.models.sampling import SamplingParams
+    from trinity.rollout.sampling import SamplingParams
 
     _, cuda = engines
     assert cuda.decode_mode == "static" and cuda._continuous is not None
@@ -56,7 +56,7 @@ def test_cuda_takes_the_static_path_with_graphs(engines) -> None:
 
 
 def test_greedy_rows_equal_the_cpu_reference(engines) -> None:
-    from trinity.models.sampling import SamplingParams
+    from trinity.rollout.sampling import SamplingParams
 
     cpu, cuda = engines
     for max_tokens in (1, 5, 40):  # 8 rows through 2 slots
@@ -68,7 +68,7 @@ def test_greedy_rows_equal_the_cpu_reference(engines) -> None:
 
 
 def test_seeded_one_row_requests_equal_the_cpu_reference(engines) -> None:
-    from trinity.models.sampling import SamplingParams
+    from trinity.rollout.sampling import SamplingParams
 
     cpu, cuda = engines
     params = [
@@ -82,7 +82,7 @@ def test_seeded_one_row_requests_equal_the_cpu_reference(engines) -> None:
 
 
 def test_no_capture_when_the_same_work_comes_back(engines) -> None:
-    from trinity.models.sampling import SamplingParams
+    from trinity.rollout.sampling import SamplingParams
 
     _, cuda = engines
     params = SamplingParams(temperature=1.0, max_tokens=48, n=3, ignore_eos=True)

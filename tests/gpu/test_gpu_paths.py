@@ -73,8 +73,8 @@ def test_two_step_grpo_run_on_one_gpu(tiny_model_dir: Path, tmp_path: Path) -> N
 def test_engine_and_trainer_logprobs_agree_on_cuda(tiny_model_dir: Path, tmp_path: Path) -> None:
     """The engine's sampled logprobs (its torch decode path on CUDA) equal the trainer's
     forward on CUDA for the same tokens, in float32."""
-    from trinity.models.engine import TransformersEngine
-    from trinity.models.sampling import SamplingParams
+    from trinity.rollout.engine import TransformersEngine
+    from trinity.rollout.sampling import SamplingParams
     from trinity.trainer.actor import forward_logprobs
     from trinity.types import EID, Experience
 

@@ -225,7 +225,7 @@ def test_sender_and_receiver_through_the_synchronizer(
 
     from trinity.config import load_config
     from trinity.explorer.engines import RolloutEngines
-    from trinity.models.engine import TransformersEngine
+    from trinity.rollout.engine import TransformersEngine
     from trinity.sync.collective import WeightGroupReceiver, WeightSender
     from trinity.sync.synchronizer import Synchronizer
 

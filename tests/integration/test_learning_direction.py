@@ -187,7 +187,7 @@ def initial_policy(model_dir: Path, prompt: str) -> tuple[int, float]:
     probability at ``TEMPERATURE``: the expected reward before training."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trinity.models.engine import render_chat
+    from trinity.rollout.engine import render_chat
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()

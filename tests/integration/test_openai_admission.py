@@ -13,10 +13,10 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from trinity.models.engine import TransformersEngine
-from trinity.models.openai_admission import AdmissionLimits
-from trinity.models.server import OpenAIServer
-from trinity.models.wrapper import ModelWrapper
+from trinity.rollout.engine import TransformersEngine
+from trinity.rollout.openai_admission import AdmissionLimits
+from trinity.rollout.server import OpenAIServer
+from trinity.rollout.wrapper import ModelWrapper
 
 NAME = "tiny-policy"
 KEY = "explorer.rollout_model"

@@ -9,9 +9,9 @@ import openai
 import pytest
 import torch
 
-from trinity.models.engine import TransformersEngine
-from trinity.models.server import OpenAIServer
-from trinity.models.wrapper import ModelWrapper
+from trinity.rollout.engine import TransformersEngine
+from trinity.rollout.server import OpenAIServer
+from trinity.rollout.wrapper import ModelWrapper
 
 KEY = "sk-test-key"
 NAME = "tiny-policy"
@@ -294,7 +294,7 @@ def test_spawned_wrappers_record_only_their_own_requests(engine):
 def test_http_engine_gives_the_same_experiences_as_the_local_engine(
     server, model, engine, tiny_model_dir
 ):
-    from trinity.models.remote import HttpEngine, RemoteModelError
+    from trinity.rollout.remote import HttpEngine, RemoteModelError
 
     remote = ModelWrapper(HttpEngine(server.base_url, NAME, str(tiny_model_dir), api_key=KEY))
     assert remote.engine.max_model_len == engine.max_model_len

@@ -14,10 +14,10 @@ import httpx
 import openai
 import pytest
 
-from trinity.models.engine import TransformersEngine
-from trinity.models.sampling import Sample
-from trinity.models.server import OpenAIServer
-from trinity.models.wrapper import ModelWrapper
+from trinity.rollout.engine import TransformersEngine
+from trinity.rollout.sampling import Sample
+from trinity.rollout.server import OpenAIServer
+from trinity.rollout.wrapper import ModelWrapper
 
 NAME = "tiny-policy"
 WEATHER = {

@@ -17,8 +17,8 @@ import torch
 from trinity.buffer import ExperienceQueue
 from trinity.config.schema.explorer import ServeConfig
 from trinity.explorer.serve import serve
-from trinity.models.engine import TransformersEngine
-from trinity.models.wrapper import ModelWrapper
+from trinity.rollout.engine import TransformersEngine
+from trinity.rollout.wrapper import ModelWrapper
 from trinity.types import Experience
 
 NAME = "policy"

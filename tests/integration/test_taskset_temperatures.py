@@ -21,8 +21,8 @@ import torch
 from trinity.buffer import SQLExperienceStorage
 from trinity.explorer.explorer import make_taskset_mix
 from trinity.explorer.runner import RunnerPool
-from trinity.models.engine import TransformersEngine
-from trinity.models.wrapper import ModelWrapper
+from trinity.rollout.engine import TransformersEngine
+from trinity.rollout.wrapper import ModelWrapper
 from trinity.trainer.actor import forward_logprobs
 from trinity.trainer.trainer import Trainer
 

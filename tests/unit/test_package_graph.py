@@ -21,9 +21,9 @@ ALLOWED_UPWARD: dict[tuple[str, str], str] = {
     ("config", "algorithm"): "validate: registered algorithm parts, imported on demand",
     # the dry run decodes a taskset's first images with the readers the run will use
     ("config", "buffer"): "media_rows: a taskset's first rows, read as the run reads them",
-    ("config", "models"): "media_rows: a taskset's first images, decoded as the run does",
+    ("config", "rollout"): "media_rows: a taskset's first images, decoded as the run does",
     # type annotations only (under TYPE_CHECKING): no import at run time
-    ("types", "models"): "Experience's media inputs are annotated with models.multimodal",
+    ("types", "rollout"): "Experience's media inputs are annotated with rollout.multimodal",
     ("utils", "config"): "utils.cpu and utils.device annotate their config parameter",
 }
 

@@ -47,7 +47,7 @@ def state(**more):
     })
 
 before = transformers_state()
-names = ["trinity", "trinity.algorithm", "trinity.buffer", "trinity.trainer", "trinity.models",
+names = ["trinity", "trinity.algorithm", "trinity.buffer", "trinity.trainer", "trinity.rollout",
          "trinity.config", "trinity.launch.run", "trinity.launch.cluster",
          "trinity.trainer.trainer", "trinity.trainer.fused_layers", "trinity.utils.memory",
          "trinity.utils.threads", "trinity.explorer.engines", "trinity.explorer.runner",

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from trinity.buffer.codec import tensor_from_bytes, tensor_to_bytes
-from trinity.models.multimodal import MediaInputs
+from trinity.rollout.multimodal import MediaInputs
 from trinity.types import Experience
 
 _CACHED = 64  # digests a reader keeps decoded

@@ -55,7 +55,7 @@ from trinity.buffer.schema import (
 )
 from trinity.buffer.superseded import Superseded
 from trinity.config.schema.buffer import CONNECT_TIMEOUT, LOCK_TIMEOUT
-from trinity.models.multimodal import MediaInputs
+from trinity.rollout.multimodal import MediaInputs
 from trinity.types import Experience
 
 LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE of a lock_timeout

@@ -5,7 +5,7 @@
         --output-file debug.jsonl --plugin-dir my_plugins      # terminal 2: run the workflow
 
 ``inference_model`` loads the config's rollout model (and its auxiliary models), serves
-each on the OpenAI-compatible API (:mod:`trinity.models.server`, at
+each on the OpenAI-compatible API (:mod:`trinity.rollout.server`, at
 ``explorer.rollout_model.openai_api_host``/``openai_api_port``; port 0 picks a free
 one), prints the addresses, and runs until interrupted (Ctrl-C). The addresses are also
 written to ``<job_dir>/debug/inference_model.json``, which is how the ``workflow``
@@ -36,7 +36,7 @@ from trinity.cli.command import EXIT_CONFIG_ERROR, load_external_libs, load_plug
 
 if TYPE_CHECKING:
     from trinity.config import Config, InferenceModelConfig
-    from trinity.models.wrapper import ModelWrapper
+    from trinity.rollout.wrapper import ModelWrapper
     from trinity.types import Experience
 
 MODULES = ("inference_model", "workflow")
@@ -113,8 +113,8 @@ def _cmd_debug(args: argparse.Namespace) -> int:
 
 def serve_inference_model(config: Config, stop: threading.Event | None = None) -> None:
     """Serve the rollout and auxiliary models until SIGINT/SIGTERM (or ``stop`` is set)."""
-    from trinity.models.openai_admission import AdmissionLimits
-    from trinity.models.server import OpenAIServer
+    from trinity.rollout.openai_admission import AdmissionLimits
+    from trinity.rollout.server import OpenAIServer
 
     stop = stop or _stop_on_signals()
     roles = _model_configs(config)
@@ -233,8 +233,8 @@ def _read_tasks(config: Config, num_tasks: int) -> list[Any]:
 
 def _connect(config: Config) -> tuple[ModelWrapper, list[ModelWrapper]] | None:
     """Wrappers onto the models ``--module inference_model`` serves, or None if none runs."""
-    from trinity.models.model_path import resolve_model_path
-    from trinity.models.remote import HttpEngine, RemoteModelError
+    from trinity.rollout.model_path import resolve_model_path
+    from trinity.rollout.remote import HttpEngine, RemoteModelError
 
     address_file = _job_dir(config) / ADDRESS_FILE
     if not address_file.exists():
@@ -314,10 +314,10 @@ def _model_configs(config: Config) -> dict[str, InferenceModelConfig]:
 
 def _local_model(config: Config, cfg: InferenceModelConfig, history: bool = True) -> ModelWrapper:
     from trinity.config import trainer_settings
-    from trinity.models.model_path import resolve_model_path
-    from trinity.models.vision_engine import rollout_engine
+    from trinity.rollout.model_path import resolve_model_path
+    from trinity.rollout.vision_engine import rollout_engine
 
-    # the policy's config as the trainer builds it (trinity/models/overrides.py)
+    # the policy's config as the trainer builds it (trinity/rollout/overrides.py)
     policy = cfg is config.explorer.rollout_model
     engine = rollout_engine(
         model_path=str(resolve_model_path(cfg.model_path)),
@@ -334,7 +334,7 @@ def _local_model(config: Config, cfg: InferenceModelConfig, history: bool = True
 def _wrap(
     config: Config, cfg: InferenceModelConfig, engine: Any, history: bool = True
 ) -> ModelWrapper:
-    from trinity.models.wrapper import ModelWrapper
+    from trinity.rollout.wrapper import ModelWrapper
 
     return ModelWrapper(
         engine,

@@ -23,7 +23,7 @@ def check_media_rows(prefix: str, taskset: Any) -> None:
     if not any(keys.values()) or taskset.storage_type != "file" or not taskset.path:
         return
     from trinity.buffer.file_reader import find_data_files, read_file
-    from trinity.models.media import MediaError, row_media
+    from trinity.rollout.media import MediaError, row_media
 
     try:
         files = find_data_files(taskset.path, taskset.split or "train", taskset.subset_name)
@@ -46,7 +46,7 @@ def check_media_model(prefix: str, taskset: Any, model_path: str) -> None:
         return
     from pathlib import Path
 
-    from trinity.models.multimodal import is_vision_language
+    from trinity.rollout.multimodal import is_vision_language
 
     path = Path(model_path).expanduser()
     if (path / "config.json").is_file() and not is_vision_language(path):

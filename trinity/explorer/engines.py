@@ -11,8 +11,8 @@ their clients) and the wrappers served over them are built, reloaded and closed 
 on CPU and on GPU alike.
 
 :class:`EngineClient` gives a remote engine the interface of
-:class:`~trinity.models.engine.TransformersEngine` that
-:class:`~trinity.models.wrapper.ModelWrapper` uses, so workflows call every engine the
+:class:`~trinity.rollout.engine.TransformersEngine` that
+:class:`~trinity.rollout.wrapper.ModelWrapper` uses, so workflows call every engine the
 same way. An engine actor is threaded: concurrent calls from several runners reach its
 engine together and its request batcher merges them into shared decode batches.
 
@@ -35,15 +35,15 @@ from typing import Any
 
 from trinity.config import Config, InferenceModelConfig, trainer_settings
 from trinity.config.device_plan import DevicePlan, device_plan
-from trinity.models.engine import (
+from trinity.rollout.engine import (
     TransformersEngine,
     chat_template_args,
     load_tokenizer,
     render_chat,
 )
-from trinity.models.sampling import Sample, SamplingParams
-from trinity.models.vision_engine import rollout_engine
-from trinity.models.wrapper import ModelWrapper
+from trinity.rollout.sampling import Sample, SamplingParams
+from trinity.rollout.vision_engine import rollout_engine
+from trinity.rollout.wrapper import ModelWrapper
 from trinity.sync.collective import WeightGroup, receive_into
 from trinity.sync.weight_slot import SlotReader, SlotState, SlotVersion
 from trinity.sync.weights import from_object_store, to_object_store
@@ -167,7 +167,7 @@ class EngineClient:
         self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, **extra: Any
     ) -> Any:
         """A vision-language model's prompt with images, rendered here by its processor."""
-        from trinity.models.multimodal import load_processor, render_media_chat
+        from trinity.rollout.multimodal import load_processor, render_media_chat
 
         if self._processor is None:
             self._processor = load_processor(self.model_dir, self.chat_template)
@@ -223,7 +223,7 @@ class RolloutEngines:
         max_model_len = rollout.max_model_len or config.model.max_model_len
         external = config.model.external_model
         if external.enable:  # the endpoint stands in for every replica
-            from trinity.models.external import OpenAIEngine
+            from trinity.rollout.external import OpenAIEngine
 
             engine = OpenAIEngine.from_env(
                 external.base_url_env,
@@ -235,7 +235,7 @@ class RolloutEngines:
                 enable_thinking=rollout.enable_thinking,
             )
             return cls([engine])  # type: ignore[list-item]
-        # the policy's config as the trainer builds it (trinity/models/overrides.py)
+        # the policy's config as the trainer builds it (trinity/rollout/overrides.py)
         override = trainer_settings(config.trainer).policy.override_config
         return cls.for_model(
             config, rollout, model_dir, "explorer.rollout_model", max_model_len, override
@@ -422,7 +422,7 @@ class ModelReplicas:
         cls, config: Config, index: int, logger: logging.Logger | None = None
     ) -> ModelReplicas:
         """``explorer.auxiliary_models[index]``: its engines are built here."""
-        from trinity.models.model_path import resolve_model_path
+        from trinity.rollout.model_path import resolve_model_path
 
         model = config.explorer.auxiliary_models[index]
         path = f"explorer.auxiliary_models[{index}]"
@@ -433,7 +433,7 @@ class ModelReplicas:
         return cls(config, model, engines, path, owns_engines=True, logger=logger)
 
     def _serve(self, root: ModelWrapper, model: InferenceModelConfig, port: int) -> str:
-        from trinity.models.openai_admission import AdmissionLimits
+        from trinity.rollout.openai_admission import AdmissionLimits
 
         limits = AdmissionLimits.from_config(model, self.path)
         try:

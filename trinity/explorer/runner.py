@@ -19,7 +19,7 @@ seconds of starting (all tries included), it is counted as timed out and abandon
 Python cannot stop a thread, so the abandoned one runs on in the background, but:
 
 - its wrappers are closed: any later model call from it (chat, generate, logprobs)
-  raises :class:`~trinity.models.wrapper.ModelClosedError` before reaching the engine,
+  raises :class:`~trinity.rollout.wrapper.ModelClosedError` before reaching the engine,
   and its OpenAI client gets 404 ``scope_not_found``; the refused calls are counted;
 - it starts no further try, and whatever it returns goes nowhere;
 - the slot gets new wrappers and a new thread for the next task at once, unless more

@@ -1,7 +1,7 @@
 """Mode ``serve``: the rollout model on the OpenAI API for agent programs outside the run,
 their calls turned into experiences once they say how well the calls went.
 
-    POST /v1/chat/completions, /v1/completions, GET /v1/models   (trinity/models/server.py)
+    POST /v1/chat/completions, /v1/completions, GET /v1/models   (trinity/rollout/server.py)
     POST /feedback   {"msg_ids": ["chatcmpl-...", ...], "reward": 1.0, "task_id": "a1b2c3"}
     POST /commit     write the scored experiences into the experience buffer
     GET  /health     200 once serving;  GET /metrics   counts of calls and experiences
@@ -50,9 +50,9 @@ from pydantic import BaseModel, Field
 from trinity.buffer.experience_buffer import ExperienceBuffer
 from trinity.config.schema.explorer import ServeConfig
 from trinity.explorer.serve_journal import JOURNAL_NAME, FeedbackJournal
-from trinity.models.openai_admission import AdmissionLimits
-from trinity.models.server import APIError, OpenAIServer
-from trinity.models.wrapper import ModelWrapper
+from trinity.rollout.openai_admission import AdmissionLimits
+from trinity.rollout.server import APIError, OpenAIServer
+from trinity.rollout.wrapper import ModelWrapper
 from trinity.types import EID, Experience
 
 _TIMEOUTS = (TimeoutError, concurrent.futures.TimeoutError, asyncio.TimeoutError)
@@ -295,7 +295,7 @@ def run_serve(config: Any, model_dir: str, logger: logging.Logger | None = None)
     """Mode serve in this process: the rollout engine, its server, until interrupted."""
     from trinity.buffer import make_experience_buffer
     from trinity.config import job_dir
-    from trinity.models.vision_engine import rollout_engine
+    from trinity.rollout.vision_engine import rollout_engine
 
     logger = logger or logging.getLogger("trinity.serve")
     rollout, settings = config.explorer.rollout_model, config.explorer.serve

@@ -8,7 +8,7 @@ The kernels here do each of those in one pass:
 
 - :func:`add_rms_norm` residual add + RMS norm; :func:`rope_kv` rotary embedding of q
   and k plus the cache writes of k and v; :func:`silu_mul` (decode, see
-  :mod:`trinity.models.fast_decode`);
+  :mod:`trinity.rollout.fast_decode`);
 - :func:`logprob_rows` log-probabilities of the labels, log-sum-exp and entropy of bf16
   logits in two read-only passes per position, and its backward pass in one
   (:mod:`trinity.algorithm.utils`);
@@ -20,7 +20,7 @@ The kernels here do each of those in one pass:
   its backward (:mod:`trinity.trainer.fused_layers`); :func:`sum_squares` for the
   gradient norm (:mod:`trinity.trainer.precision`);
 - :func:`amx_linear` decode-sized bf16 linear layers on Intel AMX, from weights
-  prepacked by :func:`amx_pack` (:mod:`trinity.models.fast_decode`; CPUs without AMX
+  prepacked by :func:`amx_pack` (:mod:`trinity.rollout.fast_decode`; CPUs without AMX
   keep oneDNN's matmul);
 - :func:`decode_attention` one new token per row attending to its KV cache, and
   ``decode_layers``, which runs a decode step's whole layer loop (the kernels above,

@@ -648,7 +648,7 @@ static inline float sample_weight(float v, float top) {
 }
 
 /* One token per row from softmax(logits / T) over the whole vocabulary, as
- * trinity.models.sampling.sample_tokens draws it without top-k, top-p or banned tokens:
+ * trinity.rollout.sampling.sample_tokens draws it without top-k, top-p or banned tokens:
  * the first token whose cumulative weight exceeds u * total (tokens of zero weight are
  * never drawn), or the first largest logit where T <= 0 (greedy, scored with T = 1).
  * logprobs: log_softmax(logits / T) at the token. Two passes over each row: the max,
@@ -849,7 +849,7 @@ void amx_linear(const bf16 *x, const bf16 *packed, void *out, int64_t M, int64_t
 }
 
 /* The layers of one decode step of a Llama-family model, one token per row, with every
- * matmul on AMX: the loop of LlamaDecoder.fused_step (trinity/models/fast_decode.py)
+ * matmul on AMX: the loop of LlamaDecoder.fused_step (trinity/rollout/fast_decode.py)
  * without a return to Python between its 9 kernels per layer.
  *
  * On entry h holds the first layer's input norm of x, the residual stream (rows,

@@ -1,4 +1,4 @@
-"""Kernel entry points of a decode step (:mod:`trinity.models.fast_decode`).
+"""Kernel entry points of a decode step (:mod:`trinity.rollout.fast_decode`).
 
 Residual add + RMS norm, rotary embedding of q and k with the cache writes of k and v,
 SiLU-and-multiply, attention of one new token per row to its KV cache (with a prompt
@@ -155,7 +155,7 @@ class DecodeKernels:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One token per row of (B, V) float32 ``logits`` at ``temperature`` (B,) (<= 0:
         greedy) from the uniform numbers ``u`` (B,) -> tokens (B,) int64 and their
-        log-softmax (B,) float32, as :func:`trinity.models.sampling.sample_tokens` draws
+        log-softmax (B,) float32, as :func:`trinity.rollout.sampling.sample_tokens` draws
         them without top-k, top-p or banned tokens (within float rounding of the sums)."""
         check_tensor(logits, torch.float32, "logits", dims=2)
         check_contiguous(logits, torch.float32, "logits")

@@ -24,8 +24,8 @@ def run_bench(config: Config) -> dict[str, Any]:
     """
     from trinity.config import to_dict
     from trinity.explorer.bench import Bench
-    from trinity.models.model_path import resolve_model_path
     from trinity.monitor import make_monitor
+    from trinity.rollout.model_path import resolve_model_path
 
     job_dir = get_job_dir(config)
     if not job_dir.is_dir():

@@ -88,7 +88,7 @@ def start_from(config: Config, model_dir: str) -> Config:
 def _serve(config: Config) -> dict[str, Any]:
     """Mode serve: no Ray, the engine and its OpenAI-compatible server in this process."""
     from trinity.explorer.serve import run_serve
-    from trinity.models.model_path import resolve_model_path
+    from trinity.rollout.model_path import resolve_model_path
 
     if config.buffer.trainer_input.experience_buffer is None:
         raise RunError(

@@ -83,7 +83,7 @@ def run_stage(
     from trinity.launch.roles import ExplorerRole, TrainerRole
     from trinity.launch.summary import summarise
     from trinity.launch.trainer_group import start_trainer, write_placement
-    from trinity.models.model_path import resolve_model_path
+    from trinity.rollout.model_path import resolve_model_path
     from trinity.sync.synchronizer import Synchronizer
     from trinity.sync.weight_slot import run_slot
 

@@ -351,7 +351,7 @@ class WeightReceiver:
         return self._applier.full_state_dict(state)
 
     def _build_applier(self):
-        from trinity.models.multimodal import model_class
+        from trinity.rollout.multimodal import model_class
         from trinity.trainer import lora
 
         if not self.config.model.lora_configs:

@@ -26,7 +26,7 @@ import torch
 from trinity.types import Experience
 
 if TYPE_CHECKING:
-    from trinity.models.multimodal import MediaInputs
+    from trinity.rollout.multimodal import MediaInputs
 
 logger = logging.getLogger(__name__)
 # budgets already warned about: a sequence over the budget is reported once per run

@@ -134,7 +134,7 @@ def _expected_shapes(directory: Path) -> dict[str, torch.Size] | None:
         if (candidate / "config.json").is_file():
             from transformers import AutoConfig
 
-            from trinity.models.multimodal import config_model_class
+            from trinity.rollout.multimodal import config_model_class
 
             config = AutoConfig.from_pretrained(candidate)
             with torch.device("meta"):

@@ -111,7 +111,7 @@ def _merge_adapter(
     adapter was trained on (``base_model_name_or_path`` of its adapter_config.json)."""
     import torch
 
-    from trinity.models.multimodal import model_class
+    from trinity.rollout.multimodal import model_class
     from trinity.trainer import lora
 
     adapter_config = lora.read_adapter_config(actor_dir / lora.ADAPTER_DIR)

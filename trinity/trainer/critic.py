@@ -27,7 +27,7 @@ import torch
 from trinity.algorithm.loss_agg import LossNormalizer, aggregate_loss
 from trinity.algorithm.utils import masked_mean
 from trinity.config.trainer_settings import CriticSettings
-from trinity.models.overrides import model_config
+from trinity.rollout.overrides import model_config
 from trinity.trainer import checkpoint as ckpt
 from trinity.trainer.actor import autocast_context
 from trinity.trainer.batch import TrainBatch

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from trinity.models.multimodal import copy_processor_files
+from trinity.rollout.multimodal import copy_processor_files
 from trinity.trainer import checkpoint as ckpt
 from trinity.trainer import distributed, lora
 

@@ -48,7 +48,7 @@ def _target_modules(lora: LoRAConfig) -> str | list[str]:
 def _language_side_only(model: torch.nn.Module) -> dict[str, str]:
     """peft's ``exclude_modules`` for a vision-language model: the adapter goes on the
     language side only (the vision encoder and projector stay as loaded)."""
-    from trinity.models.multimodal import VISION_MODULES, vision_parameters
+    from trinity.rollout.multimodal import VISION_MODULES, vision_parameters
 
     if not vision_parameters(model):
         return {}
@@ -244,7 +244,7 @@ class AdapterApplier:
 
 def save_full_model(config: Any, state_dict: dict[str, torch.Tensor], directory: Path) -> None:
     """Save ``state_dict`` as a Hugging Face model of architecture ``config`` into ``directory``."""
-    from trinity.models.multimodal import config_model_class
+    from trinity.rollout.multimodal import config_model_class
 
     with torch.device("meta"):
         model = config_model_class(config).from_config(config)

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from trinity.models.multimodal import (
+from trinity.rollout.multimodal import (
     MediaInputs,
     batch_media,
     inner_module,

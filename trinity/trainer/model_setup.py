@@ -2,7 +2,7 @@
 frozen reference, both with the trainer's attention and fused layers.
 
 Both load in float32 from the same directory with ``model.override_config`` applied as
-the rollout engines apply it (``trinity/models/overrides.py``); the trainer then decides
+the rollout engines apply it (``trinity/rollout/overrides.py``); the trainer then decides
 their working precision (``trinity/trainer/precision.py``).
 
 ``device`` is the trainer's compute device (``trinity.utils.device.compute_device``). On
@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from trinity.models.multimodal import model_class, vision_parameters
-from trinity.models.overrides import model_config
+from trinity.rollout.multimodal import model_class, vision_parameters
+from trinity.rollout.overrides import model_config
 from trinity.trainer import lora
 from trinity.trainer.actor import use_grouped_attention
 from trinity.trainer.critic import enable_checkpointing

@@ -212,7 +212,7 @@ class RowConverter:
         trained: list[bool],
     ) -> Experience | None:
         """The row as an SFT experience with its images; None when it holds none."""
-        from trinity.models.media import row_media
+        from trinity.rollout.media import row_media
         from trinity.trainer.sft_media import MediaRowError, media_sft_row, with_media
 
         keys = {"image_key": self.fmt.image_key, "video_key": self.fmt.video_key}

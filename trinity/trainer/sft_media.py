@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from trinity.models.media import media_parts
-from trinity.models.media_messages import json_messages
-from trinity.models.multimodal import render_media_chat
+from trinity.rollout.media import media_parts
+from trinity.rollout.media_messages import json_messages
+from trinity.rollout.multimodal import render_media_chat
 from trinity.types import EID, Experience
 
 

@@ -21,7 +21,7 @@ from trinity.algorithm.args import build
 from trinity.algorithm.registries import SAMPLE_STRATEGY
 from trinity.config import Config, ModelConfig
 from trinity.config.algorithm_defaults import trains_on_dataset
-from trinity.models.engine import chat_template_args
+from trinity.rollout.engine import chat_template_args
 from trinity.trainer.dataset_steps import (
     TrainInputError,
     dataset_kind,
@@ -120,8 +120,8 @@ def media_processor(model: ModelConfig, storage: Any, kind: str) -> Any:
     fmt = storage.format
     if not (fmt.image_key or fmt.video_key):
         return None
-    from trinity.models.model_path import resolve_model_path
-    from trinity.models.multimodal import is_vision_language, load_processor
+    from trinity.rollout.model_path import resolve_model_path
+    from trinity.rollout.multimodal import is_vision_language, load_processor
 
     where = f"dataset '{storage.name}'"
     if kind != "sft":

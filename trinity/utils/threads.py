@@ -7,7 +7,7 @@ sleeping on a futex: a trainer step measured ~3.5x slower in wall time (at one c
 CPU use) when its model had been loaded on another thread than the one training it, as
 happens in a threaded Ray actor (``__init__`` and methods on different threads). Roles
 route their torch work through :func:`on_torch_thread`; the rollout engine has its own
-worker thread for the same reason (``trinity.models.batcher``).
+worker thread for the same reason (``trinity.rollout.batcher``).
 """
 
 from __future__ import annotations

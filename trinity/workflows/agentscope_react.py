@@ -33,8 +33,8 @@ import re
 from typing import Any
 
 from trinity.config.agentscope_needs import SEARCH_VARIABLES
-from trinity.models.hermes_tools import ToolCall
 from trinity.rewards.registry import task_reward_fn
+from trinity.rollout.hermes_tools import ToolCall
 from trinity.types import Experience
 from trinity.workflows.agentscope_runs import (
     Outcome,

@@ -23,7 +23,7 @@ from trinity.types import Experience, Task
 from trinity.workflows.single_turn import rollout_args, set_reward
 
 if TYPE_CHECKING:
-    from trinity.models.wrapper import ModelWrapper
+    from trinity.rollout.wrapper import ModelWrapper
 
 INSTALL_HINT = "pip install 'trinity-rft[agentscope]'"
 

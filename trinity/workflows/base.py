@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, ClassVar
 from trinity.types import Experience, Task
 
 if TYPE_CHECKING:
-    from trinity.models.wrapper import ModelWrapper
+    from trinity.rollout.wrapper import ModelWrapper
 
 
 class Workflow(ABC):

@@ -31,7 +31,7 @@ import torch
 from trinity.types import Experience
 
 if TYPE_CHECKING:
-    from trinity.models.wrapper import ModelWrapper
+    from trinity.rollout.wrapper import ModelWrapper
     from trinity.workflows.envs import TextEnv
 
 

@@ -21,12 +21,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from trinity.models.hermes_tools import (
+from trinity.rewards.registry import task_reward_fn
+from trinity.rollout.hermes_tools import (
     parse_tool_calls,
     template_renders_tools,
     with_tool_instructions,
 )
-from trinity.rewards.registry import task_reward_fn
 from trinity.types import Experience
 from trinity.workflows.base import Workflow
 from trinity.workflows.conversation import Conversation

@@ -34,7 +34,7 @@ from trinity.workflows.registry import WORKFLOWS
 from trinity.workflows.single_turn import RewardFn, build_messages, rollout_args, score
 
 if TYPE_CHECKING:
-    from trinity.models.wrapper import ModelWrapper
+    from trinity.rollout.wrapper import ModelWrapper
 
 
 class TeacherMissingError(ValueError):

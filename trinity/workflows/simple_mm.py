@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from trinity.models.media import media_parts, row_media
 from trinity.rewards.registry import task_reward_fn
+from trinity.rollout.media import media_parts, row_media
 from trinity.types import Experience, Task
 from trinity.workflows.args import read_args
 from trinity.workflows.base import Workflow

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from trinity.types import Experience, Task
 
 if TYPE_CHECKING:
-    from trinity.models.wrapper import ModelWrapper
+    from trinity.rollout.wrapper import ModelWrapper
 
 RewardFn = Callable[[str, Any], dict[str, float]]
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import torch
 
-from trinity.models.chat import render_chat
 from trinity.rewards.registry import task_reward_fn
+from trinity.rollout.chat import render_chat
 from trinity.types import Experience
 from trinity.workflows.args import args_error, read_args
 from trinity.workflows.base import Workflow

@@ -30,8 +30,8 @@ import json
 from collections import Counter
 from typing import Any
 
-from trinity.models.hermes_tools import call_blocks
 from trinity.rewards.registry import task_reward_fn
+from trinity.rollout.hermes_tools import call_blocks
 from trinity.types import Experience
 from trinity.workflows.base import Workflow
 from trinity.workflows.registry import WORKFLOWS

@@ -1,9 +1,9 @@
 """Python tools a tool-call workflow can run, by the calls the model writes.
 
 A tool is a registered function taking keyword arguments and returning text. The
-model's calls are parsed by :mod:`trinity.models.hermes_tools`.
+model's calls are parsed by :mod:`trinity.rollout.hermes_tools`.
 
-    >>> from trinity.models.hermes_tools import parse_tool_calls
+    >>> from trinity.rollout.hermes_tools import parse_tool_calls
     >>> [call] = parse_tool_calls(
     ...     '<tool_call>{"name": "calculator", "arguments": {"expression": "2*21"}}</tool_call>')
     >>> run_tool_call(call)
@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from trinity.models.hermes_tools import ToolCall
 from trinity.rewards.expression import ExpressionError, evaluate
+from trinity.rollout.hermes_tools import ToolCall
 from trinity.utils.registry import Registry, UnknownNameError
 
 TOOLS: Registry[Callable[..., str]] = Registry("tool")

@@ -21,8 +21,8 @@ from behaviour_workflow import DeliberateFailure, behaviour_config, behaviour_ta
 
 from trinity.explorer.explorer import Explorer
 from trinity.explorer.runner import RunnerPool
-from trinity.models.engine import TransformersEngine
-from trinity.models.wrapper import ModelClosedError, ModelWrapper
+from trinity.rollout.engine import TransformersEngine
+from trinity.rollout.wrapper import ModelClosedError, ModelWrapper
 from trinity.types import Experience
 from trinity.utils.log import get_actor_logger
 from trinity.workflows.base import Workflow

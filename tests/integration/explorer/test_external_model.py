@@ -12,10 +12,10 @@ from behaviour_workflow import write_tasks
 from trinity.config import ConfigError
 from trinity.explorer.bench import Bench
 from trinity.explorer.engines import RolloutEngines
-from trinity.models.engine import TransformersEngine
-from trinity.models.external import ExternalModelError, OpenAIEngine
-from trinity.models.server import OpenAIServer
-from trinity.models.wrapper import ModelWrapper
+from trinity.rollout.engine import TransformersEngine
+from trinity.rollout.external import ExternalModelError, OpenAIEngine
+from trinity.rollout.server import OpenAIServer
+from trinity.rollout.wrapper import ModelWrapper
 
 NAME = "hosted-model"
 KEY = "sk-external"

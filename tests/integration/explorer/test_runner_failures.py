@@ -15,8 +15,8 @@ from behaviour_workflow import RELEASE, behaviour_config, behaviour_task, write_
 
 from trinity.explorer.explorer import Explorer
 from trinity.explorer.runner import RunnerPool
-from trinity.models.engine import TransformersEngine
-from trinity.models.wrapper import ModelWrapper
+from trinity.rollout.engine import TransformersEngine
+from trinity.rollout.wrapper import ModelWrapper
 from trinity.types import Experience, Task
 from trinity.workflows.base import Workflow
 from trinity.workflows.registry import WORKFLOWS

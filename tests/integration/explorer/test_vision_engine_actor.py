@@ -13,8 +13,8 @@ import torch
 from vlm_testing import squares_image
 
 from trinity.explorer.engines import EngineActor, EngineClient
-from trinity.models.vision_engine import rollout_engine
-from trinity.models.wrapper import ModelWrapper
+from trinity.rollout.vision_engine import rollout_engine
+from trinity.rollout.wrapper import ModelWrapper
 
 pytestmark = pytest.mark.slow  # an engine actor on the suite's shared Ray head
 

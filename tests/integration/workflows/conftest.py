@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from workflow_testing import make_pool
 
-from trinity.models.engine import TransformersEngine
-from trinity.models.wrapper import ModelWrapper
+from trinity.rollout.engine import TransformersEngine
+from trinity.rollout.wrapper import ModelWrapper
 
 MAX_MODEL_LEN = 512
 

@@ -52,8 +52,8 @@ def test_episode_covers_whole_conversation(pool, model, engine, log_dir):
 def test_episode_stops_when_context_is_full(log_dir, tiny_model_dir):
     from workflow_testing import make_pool
 
-    from trinity.models.engine import TransformersEngine
-    from trinity.models.wrapper import ModelWrapper
+    from trinity.rollout.engine import TransformersEngine
+    from trinity.rollout.wrapper import ModelWrapper
 
     with TransformersEngine(str(tiny_model_dir), dtype="float32", max_model_len=90) as small:
         pool = make_pool(ModelWrapper(small), log_dir)

@@ -12,8 +12,8 @@ import random
 import pytest
 from workflow_testing import make_pool, make_task, run_task, teach
 
-from trinity.models.engine import TransformersEngine
-from trinity.models.wrapper import ModelWrapper
+from trinity.rollout.engine import TransformersEngine
+from trinity.rollout.wrapper import ModelWrapper
 from trinity.workflows.llm_judge import JUDGE_PROMPT, parse_judge_score
 
 ROW = {"question": "Name a prime number.", "answer": "7"}

@@ -12,8 +12,8 @@ import pytest
 import torch
 from workflow_testing import make_pool, make_task, run_task, teach
 
-from trinity.models.engine import TransformersEngine
-from trinity.models.wrapper import ModelWrapper
+from trinity.rollout.engine import TransformersEngine
+from trinity.rollout.wrapper import ModelWrapper
 from trinity.workflows.math_boxed import INSTRUCTION
 
 ROW = {"question": "Say yes.", "answer": "yes"}

@@ -16,8 +16,8 @@ import pytest
 from test_upstream_named_workflows import scripted
 from workflow_testing import check_conversation, make_pool, make_task, run_task
 
-from trinity.models.engine import TransformersEngine
-from trinity.models.wrapper import ModelWrapper
+from trinity.rollout.engine import TransformersEngine
+from trinity.rollout.wrapper import ModelWrapper
 
 ENABLE = "bash scripts/ci_java.sh && .venv/bin/pip install 'trinity-rft[envs]'"
 pytestmark = pytest.mark.skipif(

@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 from workflow_testing import make_pool, make_task, run_task
 
-from trinity.models.wrapper import ModelWrapper
 from trinity.rewards.math import math_boxed_reward, math_reward
 from trinity.rewards.sudoku import step_reward
+from trinity.rollout.wrapper import ModelWrapper
 from trinity.workflows.math_eval import EVAL_INSTRUCTION, EVAL_SYSTEM_PROMPT
 from trinity.workflows.rubric_judge import parse_rubric_rating
 from trinity.workflows.sudoku import render_board

@@ -11,14 +11,14 @@ from __future__ import annotations
 import pytest
 from workflow_testing import check_conversation, make_pool, make_task, run_task, teach
 
-from trinity.models.engine import TransformersEngine
-from trinity.models.hermes_tools import (
+from trinity.rewards.math import math_reward
+from trinity.rollout.engine import TransformersEngine
+from trinity.rollout.hermes_tools import (
     parse_tool_calls,
     template_renders_tools,
     with_tool_instructions,
 )
-from trinity.models.wrapper import ModelWrapper
-from trinity.rewards.math import math_reward
+from trinity.rollout.wrapper import ModelWrapper
 from trinity.workflows.tools import CALCULATOR_SPEC
 
 QUESTION = "What is 6 * 7? Use the calculator."

@@ -19,10 +19,10 @@ import textwrap
 import pytest
 from workflow_testing import check_conversation, make_pool, make_task, run_task, teach
 
-from trinity.models.engine import TransformersEngine
-from trinity.models.sampling import Sample
-from trinity.models.wrapper import ModelWrapper
 from trinity.rewards.math import math_reward
+from trinity.rollout.engine import TransformersEngine
+from trinity.rollout.sampling import Sample
+from trinity.rollout.wrapper import ModelWrapper
 from trinity.workflows.frozen_lake import SYSTEM_PROMPT, FrozenLakeEnv, parse_action
 from trinity.workflows.reward_model import RM_PROMPT, yes_probability
 from trinity.workflows.rubric_judge import parse_rubric_rating

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from trinity.explorer.runner import RunnerPool
-from trinity.models.wrapper import ModelWrapper
+from trinity.rollout.wrapper import ModelWrapper
 from trinity.types import Experience, Task
 
 

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from trinity.buffer.jsonl import JsonlReader, JsonlWriter
 from trinity.buffer.media_store import same_media
 from trinity.buffer.sql_storage import SQLExperienceStorage
-from trinity.models.multimodal import MediaInputs
+from trinity.rollout.multimodal import MediaInputs
 from trinity.types import EID, Experience
 
 

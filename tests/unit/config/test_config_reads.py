@@ -157,8 +157,8 @@ def _train_loop(stage: Config, job_dir: Path) -> None:
     schedule) for one step, in this process."""
     import logging
 
-    from trinity.models.model_path import resolve_model_path
     from trinity.monitor import make_monitor
+    from trinity.rollout.model_path import resolve_model_path
     from trinity.sync.publisher import WeightPublisher
     from trinity.trainer.train_loop import TrainLoop
     from trinity.trainer.trainer import Trainer

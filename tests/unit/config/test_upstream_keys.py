@@ -17,8 +17,8 @@ from trinity.buffer.task_reader import TasksetReader
 from trinity.config import ConfigError, config_from_dict, resolve, validate
 from trinity.config.no_effect import set_without_effect
 from trinity.explorer.runner import RunnerPool, split_repeats
-from trinity.models.wrapper import ModelWrapper
 from trinity.pipeline import ExperiencePipeline
+from trinity.rollout.wrapper import ModelWrapper
 from trinity.types import EID, Experience, Task
 from trinity.workflows.base import Workflow
 from trinity.workflows.registry import WORKFLOWS

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from trinity.explorer.runner import RunnerPool
-from trinity.models.wrapper import ModelClosedError, ModelWrapper
+from trinity.rollout.wrapper import ModelClosedError, ModelWrapper
 from trinity.types import Experience, Task
 from trinity.workflows.base import Workflow
 from trinity.workflows.registry import WORKFLOWS

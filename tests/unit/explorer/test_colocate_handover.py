@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from trinity.explorer.engines import MemoryHandover
-from trinity.models.engine import TransformersEngine
-from trinity.models.sampling import SamplingParams
+from trinity.rollout.engine import TransformersEngine
+from trinity.rollout.sampling import SamplingParams
 
 
 def test_release_after_rollouts_and_retake_before_the_next(tiny_model_dir: Path) -> None:

@@ -16,7 +16,7 @@ import torch
 
 from trinity.config import ConfigError, load_config
 from trinity.explorer.runner import OverRollout, RunnerPool
-from trinity.models.wrapper import ModelWrapper
+from trinity.rollout.wrapper import ModelWrapper
 from trinity.types import EID, Experience, Task
 from trinity.workflows.base import Workflow
 from trinity.workflows.registry import WORKFLOWS

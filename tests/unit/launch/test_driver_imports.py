@@ -21,7 +21,7 @@ from trinity.launch.cluster import connect, torch_work_overlaps
 from trinity.launch.resume import resume_step
 from trinity.launch.roles import ExplorerRole, TrainerRole
 from trinity.launch.trainer_group import start_trainer, write_placement
-from trinity.models.model_path import resolve_model_path
+from trinity.rollout.model_path import resolve_model_path
 # what a --plugin-dir reward function imports to register itself (the driver loads plugins)
 from trinity.rewards.registry import REWARD_FNS
 from trinity.sync.synchronizer import Synchronizer

@@ -10,7 +10,7 @@ import torch
 from trainer_testing import grouped_rollouts, make_config, rollouts
 
 from trinity.config import ConfigError
-from trinity.models.engine import TransformersEngine
+from trinity.rollout.engine import TransformersEngine
 from trinity.trainer import checkpoint as ckpt
 from trinity.trainer import lora
 from trinity.trainer.convert import convert

@@ -10,7 +10,7 @@ import torch
 from trainer_testing import make_config
 
 from trinity.explorer.engines import RolloutEngines
-from trinity.models.overrides import apply_override
+from trinity.rollout.overrides import apply_override
 from trinity.trainer.trainer import Trainer
 
 # the tiny model's rope_theta is 10000 and its attention_dropout 0

@@ -265,7 +265,7 @@ THINKING_TEMPLATE = (
 def test_rows_render_with_the_rollout_engines_template_variables(
     tokenizer, enable_thinking: bool
 ) -> None:
-    from trinity.models.engine import chat_template_args, render_chat
+    from trinity.rollout.engine import chat_template_args, render_chat
 
     fmt = FormatConfig(prompt_type="plaintext", chat_template=THINKING_TEMPLATE)
     args = chat_template_args(enable_thinking)

@@ -12,7 +12,7 @@ import torch
 from vlm_testing import png_data_url, squares_image
 
 from trinity.config.schema import FormatConfig, StorageConfig
-from trinity.models.multimodal import load_processor
+from trinity.rollout.multimodal import load_processor
 from trinity.trainer.actor import forward_logprobs
 from trinity.trainer.batch import collate
 from trinity.trainer.model_setup import load_policy

@@ -28,8 +28,8 @@ from trinity.algorithm.utils import (
     logprobs_and_entropy,
     logprobs_from_logits,
 )
-from trinity.models.engine import TransformersEngine
-from trinity.models.wrapper import ModelWrapper
+from trinity.rollout.engine import TransformersEngine
+from trinity.rollout.wrapper import ModelWrapper
 from trinity.trainer import actor
 from trinity.trainer.actor import (
     GROUPED_ATTENTION,

@@ -12,10 +12,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from trinity.models.decoding import DecodeEntry
-from trinity.models.engine import kv_bytes_per_token, kv_cache_budget, row_chunks
-from trinity.models.fast_decode import cpu_paths
-from trinity.models.sampling import SamplingParams
+from trinity.rollout.decoding import DecodeEntry
+from trinity.rollout.engine import kv_bytes_per_token, kv_cache_budget, row_chunks
+from trinity.rollout.fast_decode import cpu_paths
+from trinity.rollout.sampling import SamplingParams
 from trinity.trainer import checkpoint as ckpt
 from trinity.trainer import distributed
 from trinity.trainer.fused_layers import _fusable

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from trinity.buffer.jsonl import JsonlWriter
-from trinity.models.media_messages import json_messages
+from trinity.rollout.media_messages import json_messages
 from trinity.types import Experience
 from trinity.view.records import ExperienceSource
 from trinity.view.render import detail_html, experience_text

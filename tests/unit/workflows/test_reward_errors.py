@@ -13,9 +13,9 @@ from pathlib import Path
 
 from trinity.explorer.metrics import rollout_metrics
 from trinity.explorer.runner import RunnerPool
-from trinity.models.engine import TransformersEngine
-from trinity.models.wrapper import ModelWrapper
 from trinity.rewards.registry import REWARD_FNS
+from trinity.rollout.engine import TransformersEngine
+from trinity.rollout.wrapper import ModelWrapper
 from trinity.types import Task
 
 CALLS = itertools.count()

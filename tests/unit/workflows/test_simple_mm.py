@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from vlm_testing import png_data_url, squares_image
 
-from trinity.models.media import MediaError
-from trinity.models.vision_engine import rollout_engine
-from trinity.models.wrapper import ModelWrapper
+from trinity.rollout.media import MediaError
+from trinity.rollout.vision_engine import rollout_engine
+from trinity.rollout.wrapper import ModelWrapper
 from trinity.types import Task
 from trinity.workflows import WORKFLOWS
 from trinity.workflows.simple_mm import THINK_SYSTEM_PROMPT, mm_messages

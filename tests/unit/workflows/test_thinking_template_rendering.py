@@ -12,10 +12,10 @@ import asyncio
 
 import pytest
 
-from trinity.models.engine import TransformersEngine, render_chat
-from trinity.models.hermes_tools import template_renders_tools
-from trinity.models.history import merge_conversations
-from trinity.models.wrapper import ModelWrapper
+from trinity.rollout.engine import TransformersEngine, render_chat
+from trinity.rollout.hermes_tools import template_renders_tools
+from trinity.rollout.history import merge_conversations
+from trinity.rollout.wrapper import ModelWrapper
 from trinity.types import Task
 from trinity.workflows.conversation import Conversation
 from trinity.workflows.multi_turn_tool import ToolCallWorkflow

@@ -2,7 +2,7 @@
 
 import pytest
 
-from trinity.models.hermes_tools import ToolCall, parse_tool_calls
+from trinity.rollout.hermes_tools import ToolCall, parse_tool_calls
 from trinity.workflows.tools import CALCULATOR_SPEC, run_tool_call, tool_specs
 
 CALC = "calculator"
