@@ -174,8 +174,8 @@ def test_rollout_types_in_process(
         assert all("actor/kl_loss" in m for m in history)  # low_var_kl in the loss
         assert policy_moved(tiny_model_dir, weights)
     if algorithm_type in ("mix", "mix_chord"):
-        # ceil(0.25 x 4 rollouts) = 1 expert row per step
-        assert history[0]["batch/expert_size"] == 1
+        # train_batch_size 6 holds the 4 rollouts of an explore step: ceil(0.25 x 6) = 2
+        assert history[0]["batch/expert_size"] == 2
         assert history[0]["actor/sft_loss"] > 0
 
 

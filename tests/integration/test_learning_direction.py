@@ -9,7 +9,7 @@ teacher in tests/integration/test_distill_direction.py) trains the tiny model
 on-policy: the real explorer (rollout engine, runner pool, a workflow, the type's own
 selection: raft's best of each group, dapo's dynamic sampling) samples from the current
 weights, the real ``Trainer`` with the type's resolved config (``make_config``: ppo
-with its critic, mix with 8 expert rows per step from a small SFT dataset) updates them,
+with its critic, mix with 16 expert rows of 32 per step from a small SFT dataset) updates them,
 and ``weights_for_sync`` goes into the engine through ``Explorer.load_weights`` after
 every step. No Ray.
 

@@ -12,7 +12,8 @@ environment, no cluster. The documented derivations:
 - algorithm parts, critic and reference use from ``algorithm_defaults``; dpo uses 2 rollouts;
 - ``max_model_len`` = ``max_prompt_tokens + max_response_tokens`` (and each of the two
   from the other when only one is given);
-- ``train_batch_size`` = ``batch_size * repeat_times``; ``taskset`` becomes ``tasksets[0]``;
+- ``train_batch_size`` = ``batch_size * repeat_times`` (``mix``: plus the expert rows,
+  ``trinity.config.train_batch``); ``taskset`` becomes ``tasksets[0]``;
   taskset ``repeat_times`` = ``algorithm.repeat_times`` (1 for eval tasksets); rollout
   args from ``model``; workflow and reward names from explorer_input, then buffer;
   without an experience buffer, modes both and explore get a queue named experience_buffer;
@@ -38,6 +39,7 @@ from trinity.config.schema import (
     TrainerConfig,
     VerlTrainerConfig,
 )
+from trinity.config.train_batch import default_train_batch_size, rollouts_read
 
 DEFAULT_EXPERIENCE_BUFFER = "experience_buffer"
 
@@ -135,7 +137,7 @@ def _resolve_model(cfg: Config) -> None:
 def _resolve_buffer(cfg: Config) -> None:
     buffer, algo = cfg.buffer, cfg.algorithm
     if buffer.train_batch_size is None:
-        buffer.train_batch_size = buffer.batch_size * algo.repeat_times
+        buffer.train_batch_size = default_train_batch_size(cfg)
     ei = buffer.explorer_input
     if ei.default_workflow_type is None:
         ei.default_workflow_type = buffer.default_workflow_type
@@ -404,4 +406,5 @@ def steps_from_buffer(cfg: Config) -> int | None:
     if buffer.train_batch_size < 1:
         return None  # validate names the batch size; nothing to derive from it
     experiences = buffer.total_steps * buffer.batch_size * cfg.algorithm.repeat_times
-    return max(1, experiences // buffer.train_batch_size)  # exact for any size of int
+    per_step = rollouts_read(cfg, buffer.train_batch_size)  # mix: its expert rows aside
+    return max(1, experiences // max(per_step, 1))  # exact for any size of int

@@ -16,6 +16,7 @@ from trinity.config.device_plan import COLOCATED_SHARE, device_plan
 from trinity.config.loader import to_yaml
 from trinity.config.no_effect import describe
 from trinity.config.schema import Config
+from trinity.config.train_batch import rollouts_read
 
 
 def dry_run_report(
@@ -116,12 +117,17 @@ def _train_lines(cfg: Config, ranks: int) -> list[str]:
     actor = trainer.trainer_config.actor_rollout_ref.actor
     per_rank = math.ceil(train_batch / ranks)
     lines = [f"experiences per train step (buffer.train_batch_size): {train_batch}"]
+    reads = rollouts_read(cfg, train_batch)
+    if reads != train_batch:
+        lines.append(
+            f"of which from the experience buffer: {reads}; expert rows: {train_batch - reads}"
+        )
     if cfg.mode == "both":
         tasksets = buffer.explorer_input.tasksets
         rollouts = tasksets[0].repeat_times if tasksets and tasksets[0].repeat_times else 1
         produced = buffer.batch_size * rollouts
-        ratio = train_batch / produced
-        lines.append(f"explore steps per train step: {train_batch} / {produced} = {ratio:g}")
+        ratio = reads / produced
+        lines.append(f"explore steps per train step: {reads} / {produced} = {ratio:g}")
         lines.append(
             f"weights synchronised every {cfg.synchronizer.sync_interval} train step(s) "
             f"by {cfg.synchronizer.sync_method}; explorer may run {cfg.synchronizer.sync_offset} step(s) ahead"

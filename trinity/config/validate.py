@@ -21,7 +21,7 @@ from trinity.config.algorithm_defaults import (
     PART_NAMES,
     defaults_for,
 )
-from trinity.config.derived import check_trainer_config_source
+from trinity.config.derived import check_trainer_config_source, train_steps
 from trinity.config.device_plan import device_plan
 from trinity.config.errors import ConfigError, closest
 from trinity.config.part_args import BUILTIN_PART_ARGS, InvalidArgsError, build_args
@@ -33,6 +33,7 @@ from trinity.config.schema import (
     StorageConfig,
 )
 from trinity.config.schema.buffer import PRIORITY_FN_ARGS, ReplayBufferConfig
+from trinity.config.train_batch import check_batch_fills
 from trinity.config.trainer_ranks import check_trainer_ranks
 from trinity.config.typed_yaml import build, to_plain
 
@@ -578,6 +579,11 @@ def _check_synchronizer(cfg: Config) -> None:
         )
 
 
+def _check_batch_fills(cfg: Config) -> None:
+    """A synchronous run's train batch fits in what the explorer writes before it waits."""
+    check_batch_fills(cfg, train_steps(cfg))
+
+
 def _check_trainer(cfg: Config) -> None:
     trainer = cfg.trainer
     check_trainer_config_source(trainer)
@@ -696,6 +702,7 @@ _CHECKS: tuple[Callable[[Config], None], ...] = (
     _check_buffer,
     _check_explorer,
     _check_synchronizer,
+    _check_batch_fills,
     _check_trainer,
     _check_gpus,  # after the trainer's ranks are checked
     _check_data_processor,

@@ -6,7 +6,8 @@
   ``train_batch_size`` rows; a DPO step reads ``train_batch_size / 2`` rows, each a
   chosen and a rejected sequence.
 - every other algorithm reads ``train_batch_size`` experiences from the experience
-  buffer the explorer fills (or, in mode train, one it filled before).
+  buffer the explorer fills (or, in mode train, one it filled before); ``mix`` reads
+  fewer, as its expert rows fill the rest of the batch (``trinity.config.train_batch``).
 
 The sample strategy then picks the batch; ``mix`` adds expert rows from the auxiliary
 datasets (``buffer.trainer_input.auxiliary_buffers``), which repeat as long as needed.
@@ -21,6 +22,7 @@ from trinity.algorithm.args import build
 from trinity.algorithm.registries import SAMPLE_STRATEGY
 from trinity.config import Config, ModelConfig
 from trinity.config.algorithm_defaults import trains_on_dataset
+from trinity.config.train_batch import rollouts_read
 from trinity.rollout.engine import chat_template_args
 from trinity.trainer.dataset_steps import (
     TrainInputError,
@@ -50,6 +52,7 @@ class TrainInput:
     ) -> None:
         algo = config.algorithm
         self.train_batch_size = int(config.buffer.train_batch_size or 1)
+        self.buffer_rows = rollouts_read(config, self.train_batch_size)
         self.strategy = build(SAMPLE_STRATEGY, algo.sample_strategy, algo.sample_strategy_args)
         limits = Limits(config.model.max_prompt_tokens, config.model.max_model_len)
         # the rollout engine's template variables: SFT rows render as its prompts do
@@ -102,7 +105,7 @@ class TrainInput:
         if self.dataset is not None:
             return self.dataset.get(self.rows_per_step)
         assert self.read_buffer is not None
-        experiences = self.read_buffer(self.train_batch_size)
+        experiences = self.read_buffer(self.buffer_rows)
         if not experiences:
             return []
         return self.strategy.select(

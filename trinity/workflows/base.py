@@ -25,6 +25,10 @@ class Workflow(ABC):
     #: ``messages_key``) column, which the taskset reader then checks in every row; a
     #: workflow that builds it from other columns (or an environment) sets False
     reads_prompt: ClassVar[bool] = True
+    #: whether ``run_async`` returns exactly one experience per rollout (``repeat_times``
+    #: per task); validation then knows how many experiences an explore step writes.
+    #: False (unknown) for workflows that may write one per turn, or none
+    one_experience_per_rollout: ClassVar[bool] = False
 
     def __init__(
         self,

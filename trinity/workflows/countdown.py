@@ -38,6 +38,7 @@ def countdown_task(raw: dict, numbers_key: str = "nums", target_key: str = "targ
 class CountdownWorkflow(Workflow):
     """Countdown number puzzles, scored by an exact ``ast`` evaluation of the answer."""
 
+    one_experience_per_rollout = True  # sample_and_score: one reply per rollout
     reads_prompt = False  # the prompt is built from the numbers and the target
 
     async def run_async(self) -> list[Experience]:

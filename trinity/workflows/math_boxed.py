@@ -26,6 +26,8 @@ INSTRUCTION = "Reason step by step, then write the final answer as \\boxed{answe
 class MathBoxedWorkflow(Workflow):
     """Math questions answered in ``\\boxed{}``, scored by equivalence (+ optional format)."""
 
+    one_experience_per_rollout = True  # sample_and_score: one reply per rollout
+
     async def run_async(self) -> list[Experience]:
         task = self.task
         args = task.workflow_args

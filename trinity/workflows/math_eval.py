@@ -30,6 +30,7 @@ EVAL_SAMPLING = {"temperature": 0.6, "top_p": 0.8}
 class MathEvalWorkflow(Workflow):
     """Math questions answered in ``\\boxed{}``, sampled as Qwen2.5-Math evaluates."""
 
+    one_experience_per_rollout = True  # sample_and_score: one reply per rollout
     reads_prompt = False  # the row's ``question`` column, whatever the format says
 
     async def run_async(self) -> list[Experience]:

@@ -28,6 +28,8 @@ __all__ = ["MathWorkflow", "SimpleWorkflow", "build_messages"]
 class MathWorkflow(Workflow):
     """Single-turn question answering scored by a reward function."""
 
+    one_experience_per_rollout = True  # sample_and_score: one reply per rollout
+
     async def run_async(self) -> list[Experience]:
         task = self.task
         reward_fn = task_reward_fn(task, "math_reward")

@@ -65,6 +65,8 @@ def mm_messages(task: Task, with_think: bool = False) -> list[dict[str, Any]]:
 class SimpleMMWorkflow(Workflow):
     """Single-turn question answering about images, scored by a reward function."""
 
+    one_experience_per_rollout = True  # sample_and_score: one reply per rollout
+
     async def run_async(self) -> list[Experience]:
         task = self.task
         args = read_args(task, SimpleMMArgs, task.workflow)

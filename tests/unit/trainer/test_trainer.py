@@ -125,22 +125,48 @@ def test_mix_adds_expert_rows_to_the_rollouts(tiny_model_dir: Path, tmp_path: Pa
     )
     assert cfg.algorithm.sample_strategy == "mix"
     trainer = Trainer(cfg, model_dir=tiny_model_dir, total_steps=1)
+    # train_batch_size counts the expert rows: 11 rows, ceil(0.25 x 11) = 3 of them expert,
+    # so a step reads the 8 rollouts of one explore step (batch_size 2 x repeat_times 4)
+    assert cfg.buffer.train_batch_size == 11
     queue = ExperienceQueue(capacity=100)
-    queue.put(rollouts(8))
+    queue.put(rollouts(12))
     train_input = TrainInput(cfg, trainer.tokenizer, lambda n: queue.get(n, timeout=0))
     batch = train_input.next_batch(0)
-    # 8 rollouts + ceil(0.25 x 8) = 2 expert rows
-    assert len(batch) == 10
-    assert [bool(e.info.get("is_expert")) for e in batch] == [False] * 8 + [True] * 2
+    assert len(batch) == 11
+    assert [bool(e.info.get("is_expert")) for e in batch] == [False] * 8 + [True] * 3
+    assert queue.qsize() == 4
     prepared, _ = trainer.prepare(batch)
     # expert rows get no advantage; the rollouts' GRPO advantages ignore them
     assert torch.count_nonzero(prepared.advantages[8:]) == 0
     before = parameters(trainer.model)
     metrics = trainer.train_step(batch)
     assert_finite(metrics)
-    assert metrics["batch/expert_size"] == 2
+    assert metrics["batch/expert_size"] == 3
     assert metrics["actor/sft_loss"] > 0 and "actor/pg_loss" in metrics
     assert changed(before, trainer.model)
+
+
+def test_mix_train_batch_of_five_reads_the_four_rollouts_of_an_explore_step(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    write_jsonl(tmp_path / "sft", sft_rows(5))
+    cfg = make_config(
+        tiny_model_dir,
+        tmp_path,
+        "mix",
+        algorithm={"sample_strategy_args": {"expert_data_ratio": 0.2}},
+        buffer={"batch_size": 1, "train_batch_size": 5},
+    )
+    trainer = Trainer(cfg, model_dir=tiny_model_dir, total_steps=2)
+    queue = ExperienceQueue(capacity=100)
+    train_input = TrainInput(cfg, trainer.tokenizer, lambda n: queue.get(n, timeout=0))
+    for step in (1, 2):  # each explore step writes 4 rollouts; each train step takes them
+        queue.put(rollouts(4, seed=step))
+        batch = train_input.next_batch(step - 1)
+        assert [bool(e.info.get("is_expert")) for e in batch] == [False] * 4 + [True]
+        assert queue.qsize() == 0
+        metrics = trainer.train_step(batch)
+        assert metrics["batch/expert_size"] == 1 and metrics["batch/size"] == 5
 
 
 def test_train_input_of_rollouts_applies_the_sample_strategy(
@@ -241,5 +267,10 @@ def test_mix_sample_strategy_counts_and_names_its_dataset() -> None:
     strategy = build(SAMPLE_STRATEGY, "mix", {"expert_data_ratio": 0.3})
     assert strategy.expert_batch_size(8) == 3  # ceil(0.3 x 8) = ceil(2.4)
     assert strategy.expert_batch_size(10) == 3
+    # the expert rows are part of the batch: 8 rows hold 5 rollouts
+    experts = ExperienceQueue(capacity=10)
+    experts.put(rollouts(4))
+    batch = strategy.select(rollouts(8), 8, auxiliary={"sft_dataset": experts})
+    assert [bool(e.info.get("is_expert")) for e in batch] == [False] * 5 + [True] * 3
     with pytest.raises(KeyError, match="auxiliary buffer 'sft_dataset'.*auxiliary buffers: other"):
         strategy.select(rollouts(2), 2, auxiliary={"other": None})

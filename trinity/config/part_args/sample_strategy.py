@@ -35,9 +35,10 @@ class StalenessLimitSampleStrategyArgs(StalenessControlSampleStrategyArgs):
 class MixSampleStrategyArgs:
     """Arguments of ``sample_strategy: mix``."""
 
-    expert_data_ratio: float = 0.5  # expert rows per rollout in a train step
+    expert_data_ratio: float = 0.5  # share of a train batch's rows that are expert rows
     sft_dataset_name: str = "sft_dataset"  # key of the expert data in auxiliary_buffers
 
     def __post_init__(self) -> None:
-        if self.expert_data_ratio < 0:
-            raise ValueError(f"expert_data_ratio must be >= 0, got {self.expert_data_ratio}")
+        # 1 would leave no room for rollouts in the batch
+        if not 0 <= self.expert_data_ratio < 1:
+            raise ValueError(f"expert_data_ratio must lie in [0, 1), got {self.expert_data_ratio}")

@@ -240,7 +240,9 @@ class BufferConfig:
 
     batch_size: int = setting(1, "tasks per explore step (do not multiply by repeat_times)")
     train_batch_size: int | None = setting(
-        None, "experiences per train step; unset: batch_size * algorithm.repeat_times"
+        None,
+        "experiences per train step (mix: expert rows included); unset: batch_size * "
+        "algorithm.repeat_times (mix: the smallest size holding that many rollouts)",
     )
     total_epochs: int = setting(
         1, "passes over the tasksets (each task once per pass); ignored when total_steps is set"
