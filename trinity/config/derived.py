@@ -35,7 +35,9 @@ from trinity.config.algorithm_defaults import NONE, PART_NAMES, defaults_for
 from trinity.config.errors import ConfigError
 from trinity.config.schema import (
     Config,
+    ExperienceBufferConfig,
     StorageConfig,
+    TasksetConfig,
     TrainerConfig,
     VerlTrainerConfig,
 )
@@ -171,7 +173,7 @@ def _resolve_buffer(cfg: Config) -> None:
 
     ti = buffer.trainer_input
     if ti.experience_buffer is None and cfg.mode in ("both", "explore"):
-        ti.experience_buffer = StorageConfig(name=DEFAULT_EXPERIENCE_BUFFER)
+        ti.experience_buffer = ExperienceBufferConfig(name=DEFAULT_EXPERIENCE_BUFFER)
     if ti.experience_buffer is not None:
         # in train mode nothing in the run writes the buffer: it is a dataset to read
         _fill_storage(
@@ -205,7 +207,7 @@ def _fill_experience_path(storage: StorageConfig, cfg: Config) -> None:
         storage.path = str(job_dir(cfg) / "buffer" / f"{storage.name}.db")
 
 
-def _fill_rollout_args(storage: StorageConfig, cfg: Config) -> None:
+def _fill_rollout_args(storage: TasksetConfig, cfg: Config) -> None:
     model, args = cfg.model, storage.rollout_args
     if args.temperature is None:
         args.temperature = model.temperature

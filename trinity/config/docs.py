@@ -24,7 +24,11 @@ items as `[]`. Defaults marked *derived* are computed by the resolve step (see
 `docs/architecture.md`). `trinity run --config FILE --dry-run` prints a config with
 every value resolved. Keys whose meaning starts with *no effect here* are accepted for
 compatibility with configs written for veRL and vLLM and do nothing in this project
-(`trinity/config/no_effect.py`); `trinity run` lists those a config sets. Beyond the
+(`trinity/config/no_effect.py`); `trinity run` lists those a config sets. Tasksets
+(`TasksetConfig`) and buffers (`ExperienceBufferConfig`) share the storage keys; a key
+of the other kind (a queue setting on a taskset, a task setting on a buffer), which
+Trinity-RFT's single storage type allows, is accepted and listed the same way
+(`trinity/config/upstream/storage_kinds.py`). Beyond the
 schema, `trinity run` and `--dry-run` check what the run will look up on this machine
 (`trinity/config/lookups.py`): every workflow, reward-function, operator and monitor
 name, every dataset path the mode reads, and that the job directory can be made; a miss

@@ -30,6 +30,7 @@ from trinity.config.typed_yaml import build, to_plain
 from trinity.config.upstream.interpolation import fill_referenced_defaults
 from trinity.config.upstream.notes import log_config_notes
 from trinity.config.upstream.spellings import upstream_spellings
+from trinity.config.upstream.storage_kinds import keep_other_kind_keys, take_other_kind_keys
 from trinity.config.validate import validate
 
 OVERRIDE_HELP = "key=value, e.g. algorithm.optimizer.lr=1e-5 or buffer.explorer_input.eval_tasksets[0].repeat_times=4"
@@ -103,7 +104,10 @@ def config_from_dict(data: Mapping[str, Any] | DictConfig) -> Config:
     """
     if isinstance(data, DictConfig):
         data = _to_container(data, Config)
-    cfg = build(Config, upstream_spellings(data))
+    data = upstream_spellings(data)
+    carried = take_other_kind_keys(data)  # a taskset's queue settings, a buffer's task settings
+    cfg = build(Config, data)
+    keep_other_kind_keys(cfg, carried)
     for index, stage in enumerate(cfg.stages):
         apply_stage(cfg, stage, index)  # checks the stage's keys against the schema
     return cfg

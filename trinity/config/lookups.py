@@ -27,7 +27,7 @@ from trinity.config.agentscope_needs import AGENTSCOPE_WORKFLOWS, check_agentsco
 from trinity.config.derived import job_dir as job_dir_of
 from trinity.config.errors import ConfigError, closest
 from trinity.config.media_rows import check_media_model, check_media_rows
-from trinity.config.schema import Config, StorageConfig
+from trinity.config.schema import Config, ExperienceBufferConfig, TasksetConfig
 from trinity.config.upstream.external_envs import EXTERNAL_WORKFLOWS, check_external_env
 
 # registry kind -> (module whose import registers the built-ins, registry attribute)
@@ -239,7 +239,7 @@ def _check_stage(cfg: Config) -> None:
         checkpoint_step(RESUME_FROM_PATH, tc.trainer.resume_from_path, job_dir_of(cfg))
 
 
-def _check_tool_call_meaning(prefix: str, taskset: StorageConfig) -> None:
+def _check_tool_call_meaning(prefix: str, taskset: TasksetConfig) -> None:
     """``tool_call_workflow`` is Trinity-RFT's ToolACE workflow; ``max_turns`` belongs to
     the multi-turn one that runs tools, which had that name here before."""
     if taskset.default_workflow_type == "tool_call_workflow" and "max_turns" in (
@@ -293,7 +293,7 @@ def _task_names(prefix: str, owner: object) -> Iterator[tuple[str, str, str]]:
         yield f"{prefix}.default_reward_fn_type", "reward function", reward
 
 
-def _tasksets(cfg: Config) -> Iterator[tuple[str, StorageConfig]]:
+def _tasksets(cfg: Config) -> Iterator[tuple[str, TasksetConfig]]:
     """The tasksets the explorer reads in this mode, with their key paths."""
     ei = cfg.buffer.explorer_input
     if cfg.mode in ("both", "explore"):
@@ -304,7 +304,7 @@ def _tasksets(cfg: Config) -> Iterator[tuple[str, StorageConfig]]:
             yield f"buffer.explorer_input.eval_tasksets[{i}]", taskset
 
 
-def _datasets(cfg: Config) -> Iterator[tuple[str, StorageConfig]]:
+def _datasets(cfg: Config) -> Iterator[tuple[str, ExperienceBufferConfig]]:
     """The SFT / DPO datasets the trainer reads in this mode, with their key paths."""
     from trinity.config.algorithm_defaults import trains_on_dataset
 

@@ -5,7 +5,9 @@ veRL and vLLM; a config written for it must load here, so keys of parts we do no
 (FSDP offload, sequence parallelism, vLLM engine options, ...) are accepted. They must
 not do nothing silently: ``trinity run`` and ``--dry-run`` list those the config sets to
 a value other than the default (``set_without_effect``), and ``docs/config.md`` marks
-them. Keys are dotted paths as ``docs/config.md`` writes them: list items as ``[]``,
+them; keys of the other kind of storage (a queue setting on a taskset), which the typed
+config has no field for, are listed too (``trinity/config/upstream/storage_kinds.py``).
+Keys are dotted paths as ``docs/config.md`` writes them: list items as ``[]``,
 mapping entries as ``<name>``. Tests keep this table true (tests/unit/config/test_no_effect.py).
 ``NO_EFFECT_ARGS`` does the same for arguments a part accepts in its ``*_args`` mapping
 (Trinity-RFT's names) and computes otherwise here.
@@ -21,8 +23,8 @@ from typing import Any
 from trinity.config.algorithm_defaults import ALGORITHM_DEFAULTS
 from trinity.config.part_args.policy_loss import BATCH_GEOMETRY
 from trinity.config.schema import STAGE_SECTIONS, Config
-from trinity.config.schema.buffer import RolloutArgs
 from trinity.config.typed_yaml import field_types, to_plain
+from trinity.config.upstream.storage_kinds import carried_keys, other_kind_reason
 
 _ONE_ENGINE = "one engine here: the transformers engine serves every engine_type"
 _BUILT_IN_ENGINE = (
@@ -67,17 +69,6 @@ _QUEUE_KEYS = (
     "replay_buffer.reuse_cooldown_time",
 )
 _QUEUE_LIMITS = ("capacity", "max_read_timeout")
-# what a taskset gives each of its tasks: the trainer's storages hold experiences or
-# dataset rows, which no workflow runs
-_TASK_KEYS = (
-    *(f"rollout_args.{f.name}" for f in dataclasses.fields(RolloutArgs)),
-    "workflow_args",
-    "reward_fn_args",
-    "default_workflow_type",
-    "default_reward_fn_type",
-    "repeat_times",
-    "is_eval",
-)
 _WHOLE_DATA = "queue-only: {} holds all its rows from the start, so no read waits or overflows"
 
 NO_EFFECT: dict[str, str] = {
@@ -98,29 +89,11 @@ NO_EFFECT: dict[str, str] = {
             ("enable_log_requests", "vLLM-only: requests are not logged one by one"),
         )
     },
-    # tasksets and buffers
-    **{
-        f"{taskset}.{key}": "a taskset is read in its selector's order; priority is for queues"
-        for taskset in _STORAGES[:3]
-        for key in _QUEUE_KEYS
-    },
-    **{
-        f"{storage}.total_epochs": "only auxiliary buffers; tasksets pass buffer.total_epochs times"
-        for storage in _STORAGES[:4]
-    },
-    **{
-        f"{taskset}.{key}": _WHOLE_DATA.format("a taskset (file or sql)")
-        for taskset in _STORAGES[:3]
-        for key in _QUEUE_LIMITS
-    },
-    **{
-        f"{_STORAGES[3]}.{key}": "a task setting: the trainer reads experiences, never tasks"
-        for key in _TASK_KEYS
-    },
-    **{
-        f"{_STORAGES[4]}.{key}": "a task setting: an auxiliary buffer holds SFT rows, never tasks"
-        for key in _TASK_KEYS
-    },
+    # tasksets and buffers; a key of the other kind of storage is not a field of this one
+    # (trinity/config/upstream/storage_kinds.py)
+    f"{_STORAGES[3]}.total_epochs": (
+        "only auxiliary buffers; tasksets pass buffer.total_epochs times"
+    ),
     **{
         f"{_STORAGES[4]}.{key}": _WHOLE_DATA.format("an auxiliary buffer (file or sql)")
         for key in _QUEUE_LIMITS
@@ -308,6 +281,15 @@ def set_without_effect(cfg: Config) -> list[tuple[str, str]]:
     """
     plain = to_plain(cfg)
     found = [(where, NO_EFFECT[key]) for key, where in set_keys(cfg) if key in NO_EFFECT]
+    for carried in carried_keys(cfg):
+        pattern = f"{carried.pattern}."
+        fields = schema_fields(carried.kind, pattern)
+        found += [
+            (where, other_kind_reason(carried.pattern, key.removeprefix(pattern)))
+            for key, where in _walk(
+                carried.values, carried.kind, pattern, f"{carried.where}.", fields
+            )
+        ]
     found += _loss_args(plain["algorithm"], None, "algorithm.")
     if cfg.cluster.gpu_per_node == 0:
         found += _gpu_only(cfg)

@@ -85,7 +85,7 @@ def _merge(tp: Any, old: Any, new: Any) -> Any:
         return copy.deepcopy(new)
     cls = _dataclass_in(tp)
     if cls is not None:
-        if cls is StorageConfig and "name" in new and new["name"] != old.get("name"):
+        if issubclass(cls, StorageConfig) and "name" in new and new["name"] != old.get("name"):
             return copy.deepcopy(dict(new))
         types_ = field_types(cls)
         return {

@@ -28,9 +28,11 @@ from trinity.config.part_args import BUILTIN_PART_ARGS, InvalidArgsError, build_
 from trinity.config.schema import (
     LOG_LEVELS,
     Config,
+    ExperienceBufferConfig,
     InferenceModelConfig,
     OptimizerConfig,
     StorageConfig,
+    TasksetConfig,
 )
 from trinity.config.schema.buffer import PRIORITY_FN_ARGS, ReplayBufferConfig
 from trinity.config.train_batch import check_batch_fills
@@ -379,7 +381,7 @@ def _check_buffer(cfg: Config) -> None:
     _check_schema_types(cfg)
 
 
-def _check_serve_buffer(storage: StorageConfig | None) -> None:
+def _check_serve_buffer(storage: ExperienceBufferConfig | None) -> None:
     """Mode serve runs without Ray, so a queue in its process would have no reader: it
     fills, and then every /commit waits for room that never comes."""
     path = "buffer.trainer_input.experience_buffer"
@@ -444,17 +446,19 @@ def _check_storage(path: str, storage: StorageConfig) -> None:
             valid="a data directory, file or hub id (file), a SQLAlchemy URL (sql) or a "
             "directory of task directories (task_dir)",
         )
-    _at_least(f"{path}.repeat_times", storage.repeat_times, 1)
-    _positive(f"{path}.max_read_timeout", storage.max_read_timeout)
-    _positive(f"{path}.capacity", storage.capacity)
-    _at_least(f"{path}.total_epochs", storage.total_epochs, 1)
-    _at_least(f"{path}.reuse_cooldown_time", storage.reuse_cooldown_time, 0)
-    replay = storage.replay_buffer
-    _at_least(f"{path}.replay_buffer.reuse_cooldown_time", replay.reuse_cooldown_time, 0)
-    _check_priority_fn_args(f"{path}.replay_buffer.priority_fn_args", replay)
-    args = storage.rollout_args
-    _check_sampling(f"{path}.rollout_args", args.temperature, args.top_p)
-    _positive(f"{path}.rollout_args.max_tokens", args.max_tokens)
+    if isinstance(storage, TasksetConfig):
+        _at_least(f"{path}.repeat_times", storage.repeat_times, 1)
+        args = storage.rollout_args
+        _check_sampling(f"{path}.rollout_args", args.temperature, args.top_p)
+        _positive(f"{path}.rollout_args.max_tokens", args.max_tokens)
+    if isinstance(storage, ExperienceBufferConfig):
+        _positive(f"{path}.max_read_timeout", storage.max_read_timeout)
+        _positive(f"{path}.capacity", storage.capacity)
+        _at_least(f"{path}.total_epochs", storage.total_epochs, 1)
+        _at_least(f"{path}.reuse_cooldown_time", storage.reuse_cooldown_time, 0)
+        replay = storage.replay_buffer
+        _at_least(f"{path}.replay_buffer.reuse_cooldown_time", replay.reuse_cooldown_time, 0)
+        _check_priority_fn_args(f"{path}.replay_buffer.priority_fn_args", replay)
 
 
 def _check_priority_fn_args(path: str, replay: ReplayBufferConfig) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from trinity.buffer import TasksetReader
 from trinity.buffer.difficulty_selector import DifficultySelector, DifficultySettings
-from trinity.config.schema.buffer import DataSelectorConfig, StorageConfig
+from trinity.config.schema.buffer import DataSelectorConfig, TasksetConfig
 
 # three tasks, prior pass rates of a weaker (f0) and a stronger (f1) reference model
 FEATURES = np.array([[0.0, 0.4], [0.2, 0.8], [0.6, 1.0]])
@@ -119,7 +119,7 @@ def difficulty_reader(path: str, feature_keys=("weak", "strong"), **kwargs) -> T
         kwargs={"target_reward": 0.5, "tau": 0.05, "m": 4, **kwargs},
     )
     return TasksetReader(
-        StorageConfig(name="t", storage_type="file", path=path, data_selector=selector),
+        TasksetConfig(name="t", storage_type="file", path=path, data_selector=selector),
         batch_size=3,
         total_epochs=3,
         selector="difficulty_based",

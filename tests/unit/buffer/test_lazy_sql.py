@@ -25,21 +25,21 @@ import trinity.buffer.task_reader
 import trinity.launch.buffer_actor
 import trinity.trainer.sft_data
 from trinity.buffer import make_experience_buffer
-from trinity.config.schema import StorageConfig
+from trinity.config.schema import ExperienceBufferConfig
 from trinity.launch.buffer_actor import BufferActor
 
-queue = make_experience_buffer(StorageConfig(name="exp", storage_type="queue"))
+queue = make_experience_buffer(ExperienceBufferConfig(name="exp", storage_type="queue"))
 queue.close()
 priority = make_experience_buffer(
-    StorageConfig(name="exp", storage_type="queue", use_priority_queue=True)
+    ExperienceBufferConfig(name="exp", storage_type="queue", use_priority_queue=True)
 )
 priority.close()
-BufferActor(StorageConfig(name="exp", storage_type="queue")).close()
+BufferActor(ExperienceBufferConfig(name="exp", storage_type="queue")).close()
 loaded = sorted(m for m in sys.modules if m == "sqlalchemy" or m.startswith("sqlalchemy."))
 assert not loaded, f"sqlalchemy loaded without SQL storage: {{loaded[:5]}}"
 
 # a queue whose backup is a database
-backed_up = make_experience_buffer(StorageConfig(name="exp", storage_type="queue", path={backup!r}))
+backed_up = make_experience_buffer(ExperienceBufferConfig(name="exp", storage_type="queue", path={backup!r}))
 assert "sqlalchemy" in sys.modules
 backed_up.close()
 
@@ -50,7 +50,7 @@ storage = SQLExperienceStorage({db!r})
 assert storage.count() == 0
 storage.close()
 SQLTaskStorage({tasks!r}).close()
-buffer = make_experience_buffer(StorageConfig(name="exp", storage_type="sql", path={db!r}))
+buffer = make_experience_buffer(ExperienceBufferConfig(name="exp", storage_type="sql", path={db!r}))
 buffer.close()
 print("ok")
 """

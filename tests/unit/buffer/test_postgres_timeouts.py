@@ -19,7 +19,7 @@ from sqlalchemy import create_engine, text
 
 from trinity.buffer import SQLExperienceStorage, make_experience_buffer
 from trinity.buffer.errors import StorageTimeout
-from trinity.config.schema.buffer import StorageConfig
+from trinity.config.schema.buffer import ExperienceBufferConfig, StorageConfig
 
 
 @pytest.fixture
@@ -53,7 +53,7 @@ def within(seconds: float, call: Callable[[], Any]) -> BaseException | None:
 
 def test_connect_timeout_fires_against_a_server_that_never_answers(silent_port: int) -> None:
     url = f"postgresql+psycopg://trinity@127.0.0.1:{silent_port}/trinity"
-    cfg = StorageConfig(name="exp", storage_type="sql", path=url, connect_timeout=2)
+    cfg = ExperienceBufferConfig(name="exp", storage_type="sql", path=url, connect_timeout=2)
     began = time.monotonic()
     error = within(15, lambda: make_experience_buffer(cfg))
     elapsed = time.monotonic() - began

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from trinity.buffer import SQLTaskStorage, TasksetReader
-from trinity.config.schema.buffer import FormatConfig, StorageConfig
+from trinity.config.schema.buffer import FormatConfig, TasksetConfig
 
 ROWS = [{"prompt": f"q{i}", "response": str(i)} for i in range(7)]
 
@@ -16,7 +16,7 @@ ROWS = [{"prompt": f"q{i}", "response": str(i)} for i in range(7)]
 def read(path: str, storage_type: str = "file", **fields) -> TasksetReader:
     """The reader of a taskset configured as the YAML would (the config's own dataclass)."""
     return TasksetReader(
-        StorageConfig(
+        TasksetConfig(
             name="arith",
             storage_type=storage_type,
             path=path,

@@ -268,17 +268,8 @@ def test_every_key_a_config_sets_is_read_or_listed_without_effect(path: str, rea
     )
 
 
-# a dataset's reader is a taskset's (TasksetReader), which copies these into each Task;
-# the trainer keeps only the row and its index (task.raw, task.index)
-_TASK_FIELDS = re.compile(
-    r"^buffer\.trainer_input\.(experience_buffer|auxiliary_buffers\.<name>)\."
-    r"(rollout_args\.\w+|workflow_args|reward_fn_args|default_workflow_type|"
-    r"default_reward_fn_type|repeat_times|is_eval)$"
-)
-
-
 def test_no_effect_keys_are_read_by_no_run(reads: Reads) -> None:
-    read = sorted(key for key in NO_EFFECT if _is_read(key, reads) and not _TASK_FIELDS.match(key))
+    read = sorted(key for key in NO_EFFECT if _is_read(key, reads))
     assert not read, (
         f"listed in NO_EFFECT but read by the run: {[(k, sorted(reads.readers[k])) for k in read]}"
     )

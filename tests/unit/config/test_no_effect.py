@@ -18,10 +18,10 @@ A name match is not proof of effect: ``actor.strategy`` matches the sample strat
 appear in ``NAME_READ_FOR_SOMETHING_ELSE`` with the file whose match is unrelated, and
 the test checks that file still holds that match.
 
-A storage (taskset, experience buffer, auxiliary buffer) is one dataclass with one set of
-fields, but each kind of storage is handed to other modules: a field is read for a kind
+Tasksets (``TasksetConfig``) and buffers (``ExperienceBufferConfig``) share the storage
+fields, and each kind of storage is handed to other modules: a field is read for a kind
 only when a module that gets a storage of that kind (``STORAGE_READERS``) reads its name.
-A taskset's ``capacity`` is not read because the experience buffer's is.
+An auxiliary buffer's ``capacity`` is not read because the experience buffer's is.
 """
 
 from __future__ import annotations
@@ -85,23 +85,6 @@ STORAGE_READERS = {
     ),
     "buffer.trainer_input.auxiliary_buffers.<name>": _DATASET_READERS,
 }
-_DATASETS = (
-    "buffer.trainer_input.experience_buffer",
-    "buffer.trainer_input.auxiliary_buffers.<name>",
-)
-# fields TasksetReader copies into each Task; the trainer's DatasetSource keeps only the
-# row and its index (task.raw, task.index), so a dataset's reader reads them for nothing
-_TASK_ONLY = frozenset(
-    {
-        "rollout_args",
-        "workflow_args",
-        "reward_fn_args",
-        "repeat_times",
-        "is_eval",
-        "default_workflow_type",
-        "default_reward_fn_type",
-    }
-)
 
 # key -> the config module that reads it and turns it into the keys the run reads
 CONSUMED_IN_CONFIG = {
@@ -215,10 +198,7 @@ def _storage_field(key: str) -> tuple[str, str] | None:
 def _storage_readers(storage: str, field: str) -> list[str]:
     """The modules handed a storage of this kind that read ``field``."""
     pattern = re.compile(rf"\.{field}\b|[\"']{field}[\"']")
-    readers = [file for file in STORAGE_READERS[storage] if pattern.search(_sources()[file])]
-    if storage in _DATASETS and field in _TASK_ONLY:
-        readers = [file for file in readers if file != _ROW_READER]
-    return sorted(readers)
+    return sorted(file for file in STORAGE_READERS[storage] if pattern.search(_sources()[file]))
 
 
 @pytest.mark.parametrize("key", _leaf_keys())
@@ -266,11 +246,6 @@ def test_storage_readers_name_every_storage_and_existing_modules() -> None:
     assert set(STORAGE_READERS) == set(_STORAGES)
     named = {file for files in STORAGE_READERS.values() for file in files}
     assert named <= set(_sources()), named - set(_sources())
-    # a dataset's rows reach the trainer as (task.raw, task.index); the other Task
-    # fields are what _TASK_ONLY names
-    used = set(re.findall(r"\btask\.(\w+)", _sources()["trainer/sft_data.py"]))
-    assert used == {"raw", "index"}
-    assert all(_storage_readers("buffer.explorer_input.taskset", f) for f in _TASK_ONLY)
 
 
 def _with_veRL_keys(data: dict[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import pytest
 
 from trinity.config import config_from_dict
 from trinity.config.reads import record_reads, schema_classes
-from trinity.config.schema import Config, StorageConfig
+from trinity.config.schema import Config, TasksetConfig
 
 
 def test_reads_are_recorded_under_their_key_paths(minimal: dict[str, Any]) -> None:
@@ -44,7 +44,7 @@ def test_copies_are_told_apart_from_conversions(minimal: dict[str, Any]) -> None
     with record_reads() as reads:
         # an instance is placed when read from its parent inside the block
         dataclasses.replace(cfg.buffer.explorer_input.taskset, path="/data/other")
-        copied = set(reads.readers["buffer.explorer_input.taskset.capacity"])
+        copied = set(reads.readers["buffer.explorer_input.taskset.repeat_times"])
         dataclasses.asdict(cfg.buffer.explorer_input.taskset.format)
     assert copied == {"<copy>"}
     assert reads.readers["buffer.explorer_input.taskset.format.prompt_key"] == {"<other>"}
@@ -52,8 +52,8 @@ def test_copies_are_told_apart_from_conversions(minimal: dict[str, Any]) -> None
 
 def test_an_instance_built_outside_a_config_is_recorded_by_its_class() -> None:
     with record_reads() as reads:
-        assert StorageConfig(name="loose").name == "loose"
-    assert "?StorageConfig.name" in reads.keys()
+        assert TasksetConfig(name="loose").name == "loose"
+    assert "?TasksetConfig.name" in reads.keys()
 
 
 def test_one_recording_at_a_time() -> None:

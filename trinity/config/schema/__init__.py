@@ -7,10 +7,12 @@ Each field has a type, a default (here and nowhere else) and a help string in
 from trinity.config.schema.algorithm import AlgorithmConfig, OptimizerConfig
 from trinity.config.schema.buffer import (
     BufferConfig,
+    ExperienceBufferConfig,
     ExplorerInputConfig,
     FormatConfig,
     RolloutArgs,
     StorageConfig,
+    TasksetConfig,
     TrainerInputConfig,
 )
 from trinity.config.schema.config import STAGE_SECTIONS, Config, StageConfig
@@ -63,6 +65,7 @@ __all__ = [
     "CriticModelConfig",
     "DataJuicerServiceConfig",
     "DataProcessorConfig",
+    "ExperienceBufferConfig",
     "ExperiencePipelineConfig",
     "ExplorerConfig",
     "ExplorerInputConfig",
@@ -84,6 +87,7 @@ __all__ = [
     "StorageConfig",
     "SynchronizerConfig",
     "TaskPipelineConfig",
+    "TasksetConfig",
     "TrainerConfig",
     "TrainerInputConfig",
     "VerlLoopConfig",

@@ -1,7 +1,9 @@
 """``buffer``: tasksets the explorer reads and the experience buffers the trainer reads.
 
-One ``StorageConfig`` describes every storage: training tasksets, eval tasksets, the
-experience buffer and auxiliary buffers (e.g. an SFT dataset for ``mix``).
+``StorageConfig`` holds where any storage lives and how its rows read; ``TasksetConfig``
+(training and eval tasksets) adds what each task is rolled out with, and
+``ExperienceBufferConfig`` (the experience buffer and auxiliary buffers, e.g. an SFT
+dataset for ``mix``) how the trainer reads and reuses what it holds.
 """
 
 from __future__ import annotations
@@ -127,7 +129,7 @@ class DataSelectorConfig:
 
 @dataclass
 class StorageConfig:
-    """A taskset or an experience buffer."""
+    """Where a taskset or a buffer lives and how its rows are read (the keys both kinds take)."""
 
     name: str = setting("", "unique name (also the Ray actor name of the storage)")
     storage_type: StorageType | None = setting(
@@ -146,9 +148,6 @@ class StorageConfig:
     )
     subset_name: str | None = setting(None, "dataset subset (configuration) name")
     split: str = setting("train", "dataset split")
-    repeat_times: int | None = setting(
-        None, "rollouts per task; unset: algorithm.repeat_times for tasksets, 1 for eval tasksets"
-    )
     task_selector: Literal["sequential", "shuffle", "random"] = setting(
         "sequential",
         "order in which tasks are read: in file order, shuffled per epoch, or sampled; "
@@ -158,6 +157,26 @@ class StorageConfig:
         DataSelectorConfig, "Trinity-RFT's selector section; selector_type overrides task_selector"
     )
     format: FormatConfig = setting(FormatConfig, "column mapping of the data")
+    connect_timeout: float = setting(
+        CONNECT_TIMEOUT, "seconds to wait for a PostgreSQL connection (sql; at least 2)"
+    )
+    lock_timeout: float = setting(
+        LOCK_TIMEOUT, "seconds a PostgreSQL statement waits for a lock another holds (sql)"
+    )
+    skip_invalid_rows: bool = setting(
+        False,
+        "skip and count malformed rows instead of stopping with an error naming file, line and key",
+    )
+    enable_progress_bar: bool = setting(False, "a progress bar while the dataset is read")
+
+
+@dataclass
+class TasksetConfig(StorageConfig):
+    """A training or eval taskset: the storage plus what its tasks are rolled out with."""
+
+    repeat_times: int | None = setting(
+        None, "rollouts per task; unset: algorithm.repeat_times for tasksets, 1 for eval tasksets"
+    )
     rollout_args: RolloutArgs = setting(RolloutArgs, "sampling parameters of this taskset")
     default_workflow_type: str | None = setting(
         None, "workflow that runs these tasks; unset: explorer_input's, then buffer's"
@@ -169,6 +188,13 @@ class StorageConfig:
         {}, "extra arguments given to the workflow of every task"
     )
     reward_fn_args: dict[str, Any] = setting({}, "extra arguments given to the reward function")
+    is_eval: bool = setting(False, "set by resolve: true for eval tasksets")
+
+
+@dataclass
+class ExperienceBufferConfig(StorageConfig):
+    """The experience buffer or an auxiliary buffer: the storage plus how the trainer reads it."""
+
     max_read_timeout: float = setting(
         1800, "seconds a reader waits for a full batch before returning a partial one (queue)"
     )
@@ -180,34 +206,22 @@ class StorageConfig:
         ReplayBufferConfig, "priority queue with reuse (queue); same as use_priority_queue"
     )
     capacity: int = setting(10000, "most experiences held in memory (queue)")
-    connect_timeout: float = setting(
-        CONNECT_TIMEOUT, "seconds to wait for a PostgreSQL connection (sql; at least 2)"
-    )
-    lock_timeout: float = setting(
-        LOCK_TIMEOUT, "seconds a PostgreSQL statement waits for a lock another holds (sql)"
-    )
-    skip_invalid_rows: bool = setting(
-        False,
-        "skip and count malformed rows instead of stopping with an error naming file, line and key",
-    )
     total_epochs: int | None = setting(
         None,
         "auxiliary buffers: passes over the data, after which it yields no more rows (mix "
         "then trains on rollouts alone); unset: repeated for as long as it is read",
     )
-    enable_progress_bar: bool = setting(False, "a progress bar while the dataset is read")
-    is_eval: bool = setting(False, "set by resolve: true for eval tasksets")
 
 
 @dataclass
 class ExplorerInputConfig:
     """What the explorer rolls out."""
 
-    taskset: StorageConfig | None = setting(None, "the training taskset (same as tasksets[0])")
-    tasksets: list[StorageConfig] = setting(
+    taskset: TasksetConfig | None = setting(None, "the training taskset (same as tasksets[0])")
+    tasksets: list[TasksetConfig] = setting(
         [], "training tasksets, batches drawn in proportion to their sizes; taskset comes first"
     )
-    eval_tasksets: list[StorageConfig] = setting(
+    eval_tasksets: list[TasksetConfig] = setting(
         [], "tasksets evaluated every explorer.eval_interval steps"
     )
     default_workflow_type: str | None = setting(
@@ -225,11 +239,11 @@ class ExplorerInputConfig:
 class TrainerInputConfig:
     """What the trainer reads."""
 
-    experience_buffer: StorageConfig | None = setting(
+    experience_buffer: ExperienceBufferConfig | None = setting(
         None,
         "explorer output and trainer input (train mode: the dataset); unset: a queue named experience_buffer",
     )
-    auxiliary_buffers: dict[str, StorageConfig] = setting(
+    auxiliary_buffers: dict[str, ExperienceBufferConfig] = setting(
         {}, "extra datasets by name (e.g. sft_dataset for mix); name defaults to the key"
     )
 

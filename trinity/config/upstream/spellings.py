@@ -45,7 +45,7 @@ def upstream_spellings(data: Any) -> Any:
             sections.append((f"stages[{index}].", stage))
     for prefix, section in sections:
         _parts_not_here(prefix, section)
-        for path, storage in _storages(section.get("buffer"), f"{prefix}buffer"):
+        for path, _, storage in storage_mappings(section.get("buffer"), f"{prefix}buffer"):
             _selector_section(path, storage)
     _runner_num(out.get("explorer"), None)
     for stage in stages:
@@ -161,29 +161,37 @@ def _selector_section(path: str, storage: dict[str, Any]) -> None:
     storage["data_selector"] = storage.pop("task_selector")
 
 
-def _storages(buffer: Any, path: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Every taskset and buffer mapping of a ``buffer`` section, with its key path."""
+def storage_mappings(buffer: Any, path: str) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """Every taskset and buffer mapping of a ``buffer`` section at ``path``: its key path,
+    its key as ``docs/config.md`` writes it (``buffer.explorer_input.tasksets[]``), itself."""
     if not isinstance(buffer, Mapping):
         return
+    inputs = "buffer.explorer_input"
     explorer_input = buffer.get("explorer_input")
     if isinstance(explorer_input, Mapping):
         taskset = explorer_input.get("taskset")
         if isinstance(taskset, dict):
-            yield f"{path}.explorer_input.taskset", taskset
+            yield f"{path}.explorer_input.taskset", f"{inputs}.taskset", taskset
         for key in ("tasksets", "eval_tasksets"):
             items = explorer_input.get(key)
             for i, item in enumerate(items if isinstance(items, list) else []):
                 if isinstance(item, dict):
-                    yield f"{path}.explorer_input.{key}[{i}]", item
+                    yield f"{path}.explorer_input.{key}[{i}]", f"{inputs}.{key}[]", item
+    inputs = "buffer.trainer_input"
     trainer_input = buffer.get("trainer_input")
     if isinstance(trainer_input, Mapping):
         experience = trainer_input.get("experience_buffer")
         if isinstance(experience, dict):
-            yield f"{path}.trainer_input.experience_buffer", experience
+            yield (
+                f"{path}.trainer_input.experience_buffer",
+                f"{inputs}.experience_buffer",
+                experience,
+            )
         auxiliary = trainer_input.get("auxiliary_buffers")
         for name, item in (auxiliary if isinstance(auxiliary, Mapping) else {}).items():
             if isinstance(item, dict):
-                yield f"{path}.trainer_input.auxiliary_buffers.{name}", item
+                where = f"{path}.trainer_input.auxiliary_buffers.{name}"
+                yield where, f"{inputs}.auxiliary_buffers.<name>", item
 
 
 def colocate_spelling(data: dict[str, Any]) -> None:
