@@ -177,7 +177,10 @@ def _train_loop(stage: Config, job_dir: Path) -> None:
     )
     # mode train on a dataset publishes nothing, so no synchronizer is asked
     publisher = WeightPublisher(stage, job_dir, trainer, None, logger)
-    heap = TrainerHeap(stage.trainer.keep_memory_between_steps)
+    # read as the trainer actor reads it; the heap does not keep freed memory here, since
+    # keeping changes the allocator of this whole test process (process-wide, for good)
+    assert isinstance(stage.trainer.keep_memory_between_steps, bool)
+    heap = TrainerHeap(keep=False)
     train_loop = TrainLoop(
         stage, job_dir, trainer, None, heap, monitor, _Progress(), publisher, logger
     )
