@@ -48,6 +48,11 @@ class BufferActor:
         batch = self.get(n, timeout)
         return batch, self.position()
 
+    def size(self) -> int | None:
+        """Experiences waiting to be read; None where the storage cannot tell (sql, file)."""
+        qsize = getattr(self.queue, "qsize", None)
+        return qsize() if qsize is not None else None
+
     def position(self) -> dict[str, Any] | None:
         """The read position with the storage it belongs to; None where there is none."""
         state = self.queue.state_dict() if hasattr(self.queue, "state_dict") else None

@@ -15,6 +15,7 @@ modules, so the parts they register exist in its process too.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -117,6 +118,20 @@ class ExplorerRole:
         self.loop.close()
 
 
+# seconds between the log lines of a trainer waiting for its batch
+READ_WAIT_LOG_S = 60.0
+
+
+def wait_message(step: int, wanted: int, have: int | None, waited: float, timeout: float) -> str:
+    """The log line of a train step still waiting for its experiences."""
+    more = f"{max(wanted - have, 0)} more of {wanted}" if have is not None else f"{wanted}"
+    return (
+        f"train step {step}: waited {waited:.0f} s for {more} experiences from the "
+        f"experience buffer (after buffer.trainer_input.experience_buffer.max_read_timeout "
+        f"{timeout:g} s it trains on those there are)"
+    )
+
+
 class TrainerRole:
     def __init__(
         self,
@@ -177,14 +192,29 @@ class TrainerRole:
         self.trainer.shutdown()
 
     def _read_buffer(self, n: int) -> tuple[list, dict[str, Any] | None]:
-        """``n`` experiences from the ``BufferActor`` and its read position after them."""
+        """``n`` experiences from the ``BufferActor`` and its read position after them;
+        a long wait is logged every ``READ_WAIT_LOG_S`` seconds."""
         timeout = self.config.buffer.trainer_input.experience_buffer.max_read_timeout
         batch = self.buffer.read.remote(n, timeout)
-        if self.publisher.answers_requests:
-            # explorer_driven: the explorer may wait for these weights before it explores
-            # the steps this batch needs
-            while not ray.wait([batch], timeout=weights.POLL_S)[0]:
+        # explorer_driven: the explorer may wait for these weights before it explores
+        # the steps this batch needs, so its requests are answered while waiting
+        answers = self.publisher.answers_requests
+        start, logged = time.monotonic(), 0
+        while not ray.wait([batch], timeout=weights.POLL_S if answers else READ_WAIT_LOG_S)[0]:
+            if answers:
                 self.publisher.if_requested()
+            waited = time.monotonic() - start
+            if waited >= (logged + 1) * READ_WAIT_LOG_S:
+                logged = int(waited // READ_WAIT_LOG_S)
+                self.logger.info(
+                    wait_message(
+                        self.trainer.global_step + 1,
+                        n,
+                        ray.get(self.buffer.size.remote()),
+                        waited,
+                        timeout,
+                    )
+                )
         return ray.get(batch)
 
     @torch_thread_method
