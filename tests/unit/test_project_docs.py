@@ -25,6 +25,21 @@ def test_readme_counts_are_up_to_date() -> None:
     assert readme == with_counts(readme), f"regenerate: {REGENERATE}"
 
 
+def test_a_plugin_registered_in_this_process_is_not_counted(monkeypatch) -> None:
+    # a plugin test on the same worker registers a reward function of its own
+    from trinity.rewards.registry import REWARD_FNS
+
+    before = with_counts(README.read_text(encoding="utf-8"))
+
+    def plugin_reward(response: str, truth: str) -> dict[str, float]:
+        return {}
+
+    plugin_reward.__module__ = "my_plugins.rewards"
+    monkeypatch.setitem(REWARD_FNS._items, "plugin_reward", plugin_reward)
+    assert "plugin_reward" in REWARD_FNS
+    assert with_counts(README.read_text(encoding="utf-8")) == before
+
+
 def test_the_counts_name_every_mode_and_a_registered_workflow() -> None:
     block = with_counts(README.read_text(encoding="utf-8"))
     for name in ("`serve`", "`bench`", "`grpo`", "`math_workflow`", "`math_reward`"):
