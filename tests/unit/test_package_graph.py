@@ -19,6 +19,9 @@ ALLOWED_UPWARD: dict[tuple[str, str], str] = {
     # validate looks a plugin's part names up in the algorithm registries, importing
     # trinity.algorithm (and torch) only when a config names a part that is not built in
     ("config", "algorithm"): "validate: registered algorithm parts, imported on demand",
+    # the batch-fill check asks the workflow registry whether a workflow writes one
+    # experience per rollout, only for a train batch larger than an explore step writes
+    ("config", "workflows"): "train_batch: a registered workflow's experiences per rollout",
     # the dry run decodes a taskset's first images with the readers the run will use
     ("config", "buffer"): "media_rows: a taskset's first rows, read as the run reads them",
     ("config", "rollout"): "media_rows: a taskset's first images, decoded as the run does",
