@@ -45,14 +45,35 @@ def _target_modules(lora: LoRAConfig) -> str | list[str]:
     return "all-linear" if names == ["all-linear"] else names
 
 
-def _language_side_only(model: torch.nn.Module) -> dict[str, str]:
-    """peft's ``exclude_modules`` for a vision-language model: the adapter goes on the
-    language side only (the vision encoder and projector stay as loaded)."""
+def _targets(model: torch.nn.Module, lora: LoRAConfig) -> dict[str, Any]:
+    """peft's ``target_modules`` (and ``exclude_modules``) for ``lora``: on a
+    vision-language model the adapter goes on the language side only (the vision encoder
+    and projector stay as loaded). A peft without ``exclude_modules`` (before 0.14) is
+    given the language side's modules by their full names instead."""
+    import inspect
+
+    from peft import LoraConfig
+
     from trinity.rollout.multimodal import VISION_MODULES, vision_parameters
 
+    targets = _target_modules(lora)
     if not vision_parameters(model):
-        return {}
-    return {"exclude_modules": rf".*\b({'|'.join(VISION_MODULES)})\b.*"}
+        return {"target_modules": targets}
+    vision = rf".*\b({'|'.join(VISION_MODULES)})\b.*"
+    if "exclude_modules" in inspect.signature(LoraConfig).parameters:
+        return {"target_modules": targets, "exclude_modules": vision}
+    names = [
+        name
+        for name, module in model.named_modules()
+        if isinstance(module, torch.nn.Linear)
+        and not re.fullmatch(vision, name)
+        and (
+            name.rpartition(".")[2] != "lm_head"
+            if targets == "all-linear"
+            else name.rpartition(".")[2] in targets
+        )
+    ]
+    return {"target_modules": names}
 
 
 def wrap(model: torch.nn.Module, lora: LoRAConfig) -> torch.nn.Module:
@@ -76,10 +97,9 @@ def wrap(model: torch.nn.Module, lora: LoRAConfig) -> torch.nn.Module:
             r=lora.lora_rank,
             lora_alpha=lora.lora_alpha,
             lora_dropout=lora.lora_dropout,
-            target_modules=_target_modules(lora),
             bias="none",
             task_type="CAUSAL_LM",
-            **_language_side_only(model),
+            **_targets(model, lora),
         )
         try:
             peft_model = get_peft_model(model, config)

@@ -83,7 +83,11 @@ def shared_image_features(model: torch.nn.Module, batch: TrainBatch) -> Any | No
         start += counts[key]
     if start != features.shape[0]:
         return None  # the image tokens do not match the features: let the model say so
-    encoded.pooler_output = [slices[id(m)] for m in batch.media if m is not None]
+    rows = [slices[id(m)] for m in batch.media if m is not None]
+    # in the form the model's own encoder gave: a list per image (transformers 5.2x) or
+    # one tensor, scattered into the image tokens in order (earlier releases)
+    tensor = isinstance(encoded.pooler_output, torch.Tensor)
+    encoded.pooler_output = torch.cat(rows, dim=0) if tensor else rows
     return encoded
 
 
