@@ -206,17 +206,8 @@ class TransformersEngine:
         fast_decode: bool,
         override_config: Mapping[str, Any] | None,
     ) -> None:
-        # the trainer builds the policy from the same overridden config
-        config = model_config(path, override_config)
-        self.model = AutoModelForCausalLM.from_pretrained(
-            path,
-            dtype=_DTYPES[dtype],
-            attn_implementation="sdpa",
-            **({"config": config} if config is not None else {}),
-        ).eval()
+        self.model = self._pretrained(AutoModelForCausalLM, path, dtype, override_config)
         on_cpu = self.device.type == "cpu"
-        if not on_cpu:
-            self.model.to(self.device)
         self.max_model_len = max_model_len or int(self.model.config.max_position_embeddings)
         # the fused decoder packs its own (fused) weights: one packed copy either way; on
         # CUDA it neither packs nor calls the CPU kernels (fast_decode.cpu_paths)
@@ -228,12 +219,7 @@ class TransformersEngine:
         pack = on_cpu and pack_weights and packing_supported() and self._fast is None
         self._packed = pack_linears(self.model) if pack else []
         self.decode_path = "transformers" if self._fast is None else "fused-llama"
-        self._kv_token_bytes = 0
-        if self.device.type == "cuda":
-            _, total = torch.cuda.mem_get_info(self.device)
-            used = torch.cuda.memory_allocated(self.device)
-            self.kv_budget = kv_cache_budget(self.gpu_memory_utilization, total, used)
-            self._kv_token_bytes = kv_bytes_per_token(self.model.config, _DTYPES[dtype])
+        self._measure_kv(self.model.config, _DTYPES[dtype])
         self.decode_mode = decode_mode(self._decode_requested, self.device, self._fast)
         self._continuous: ContinuousDecoder | None = None
         if self.decode_mode == "static":
@@ -248,6 +234,32 @@ class TransformersEngine:
             self._batcher.max_size = QUEUED_SLOTS * self.max_batch_size
         self.eos_token_ids = self._eos_token_ids()
         self.pad_token_id = self._pad_token_id()
+
+    def _pretrained(
+        self, auto_class: Any, path: Any, dtype: str, override_config: Mapping[str, Any] | None
+    ) -> torch.nn.Module:
+        """``auto_class``'s model of ``path`` in eval mode on the engine's device."""
+        # the trainer builds the policy from the same overridden config
+        config = model_config(path, override_config)
+        model = auto_class.from_pretrained(
+            path,
+            dtype=_DTYPES[dtype],
+            attn_implementation="sdpa",
+            **({"config": config} if config is not None else {}),
+        ).eval()
+        if self.device.type != "cpu":
+            model.to(self.device)
+        return model
+
+    def _measure_kv(self, model_config: Any, dtype: torch.dtype) -> None:
+        """On CUDA: the KV cache's budget (``gpu_memory_utilization`` of the device less
+        what is allocated) and the bytes one cached token takes; no budget elsewhere."""
+        self._kv_token_bytes = 0
+        if self.device.type == "cuda":
+            _, total = torch.cuda.mem_get_info(self.device)
+            used = torch.cuda.memory_allocated(self.device)
+            self.kv_budget = kv_cache_budget(self.gpu_memory_utilization, total, used)
+            self._kv_token_bytes = kv_bytes_per_token(model_config, dtype)
 
     # ---- public API -----------------------------------------------------------------
 

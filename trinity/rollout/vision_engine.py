@@ -35,7 +35,6 @@ from trinity.rollout.multimodal import (
     model_class,
     render_media_chat,
 )
-from trinity.rollout.overrides import model_config
 from trinity.rollout.sampling import Sample, SamplingParams
 
 
@@ -72,19 +71,7 @@ class VisionEngine(TransformersEngine):
         fast_decode: bool,
         override_config: Mapping[str, Any] | None,
     ) -> None:
-        config = model_config(path, override_config)
-        self.model = (
-            model_class(path)
-            .from_pretrained(
-                path,
-                dtype=_DTYPES[dtype],
-                attn_implementation="sdpa",
-                **({"config": config} if config is not None else {}),
-            )
-            .eval()
-        )
-        if self.device.type != "cpu":
-            self.model.to(self.device)
+        self.model = self._pretrained(model_class(path), path, dtype, override_config)
         self.processor = load_processor(path, self._chat_template)
         self.tokenizer = self.processor.tokenizer
         if not getattr(self.tokenizer, "chat_template", None):
@@ -97,14 +84,7 @@ class VisionEngine(TransformersEngine):
         self.decode_path = "transformers-vision"
         self.decode_mode = "reference"
         self._continuous = None
-        self._kv_token_bytes = 0
-        if self.device.type == "cuda":
-            from trinity.rollout.engine import kv_bytes_per_token, kv_cache_budget
-
-            _, total = torch.cuda.mem_get_info(self.device)
-            used = torch.cuda.memory_allocated(self.device)
-            self.kv_budget = kv_cache_budget(self.gpu_memory_utilization, total, used)
-            self._kv_token_bytes = kv_bytes_per_token(text_config, _DTYPES[dtype])
+        self._measure_kv(text_config, _DTYPES[dtype])
         self.eos_token_ids = self._eos_token_ids()
         self.pad_token_id = self._pad_token_id()
 
