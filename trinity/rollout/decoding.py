@@ -13,9 +13,10 @@ from its CPU generator, so a seed picks its draws whatever the device.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from transformers import DynamicCache
@@ -51,25 +52,13 @@ def decode_entries(
     target: DecodeModel, entries: list[DecodeEntry], model_version: int
 ) -> list[list[Sample]]:
     """Decode one batch; returns ``n`` samples per entry, tagged with ``model_version``."""
-    lengths = [len(e.prompt) for e in entries]
     device = target.device
     input_ids, mask = (t.to(device) for t in left_padded(entries, target.pad_token_id))
 
     # one row per sample: the prefill of each prompt is shared by its n samples
     owner = [i for i, e in enumerate(entries) for _ in range(e.params.n)]
     index = torch.tensor(owner, device=device)
-    params = [entries[i].params for i in owner]
-    generators = [entries[i].generator for i in owner]
-    stops = [stop_ids(p, target.eos_token_ids) for p in params]
-    # a cancelled request's rows are dropped like finished ones (their samples are cut)
-    cancelled = [entries[i].cancelled or _never for i in owner]
-    budget = [
-        min(p.max_tokens or target.max_model_len, target.max_model_len - lengths[i])
-        for p, i in zip(params, owner, strict=True)
-    ]
-    temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32, device=device)
-    top_k = torch.tensor([p.top_k for p in params], dtype=torch.long, device=device)
-    top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device)
+    budget = row_budgets(entries, owner, target.max_model_len)
     batch: DecodeBatch | TransformersBatch
     if target.fast is not None:
         batch, logits = target.fast.start(input_ids, mask, index, max(budget))
@@ -78,6 +67,53 @@ def decode_entries(
         batch = TransformersBatch(target.model, cache, mask, index, len(owner) > len(entries))
     if len(owner) > len(entries):
         logits = logits[index]
+    kernels = None if target.fast is None else target.fast.sampler
+    return sample_rows(
+        batch, logits, entries, owner, budget, target.eos_token_ids, model_version, kernels
+    )
+
+
+class Rows(Protocol):
+    """The rows still decoding, as :func:`sample_rows` steps them."""
+
+    def keep(self, kept: torch.Tensor) -> None:
+        """Keep only the rows at ``kept`` (indices into the current rows)."""
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(B,) sampled ids -> (B, V) float32 next-token logits."""
+
+
+def row_budgets(entries: list[DecodeEntry], owner: list[int], max_model_len: int) -> list[int]:
+    """How many tokens each row may sample: its ``max_tokens``, within the model's length."""
+    return [
+        min(entries[i].params.max_tokens or max_model_len, max_model_len - len(entries[i].prompt))
+        for i in owner
+    ]
+
+
+def sample_rows(
+    batch: Rows,
+    logits: torch.Tensor,
+    entries: list[DecodeEntry],
+    owner: list[int],
+    budget: list[int],
+    eos_token_ids: set[int],
+    model_version: int,
+    kernels: Any = None,
+) -> list[list[Sample]]:
+    """Sample every row (row r belongs to ``entries[owner[r]]``; ``logits`` are its first
+    next-token logits) until a stop token, its ``budget`` or its request's cancellation,
+    dropping finished rows from ``batch`` so they stop costing compute; returns ``n``
+    samples per entry, tagged with ``model_version``."""
+    device = logits.device
+    params = [entries[i].params for i in owner]
+    generators = [entries[i].generator for i in owner]
+    stops = [stop_ids(p, eos_token_ids) for p in params]
+    # a cancelled request's rows are dropped like finished ones (their samples are cut)
+    cancelled = [entries[i].cancelled or _never for i in owner]
+    temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32, device=device)
+    top_k = torch.tensor([p.top_k for p in params], dtype=torch.long, device=device)
+    top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device)
 
     tokens_out: list[list[int]] = [[] for _ in owner]
     logprobs_out: list[list[float]] = [[] for _ in owner]
@@ -94,7 +130,7 @@ def decode_entries(
             top_p,
             generator_groups(alive, generators),
             banned,
-            kernels=None if target.fast is None else target.fast.sampler,
+            kernels=kernels,
         )
         keep = []
         for j, (row, token, logprob) in enumerate(
@@ -117,12 +153,10 @@ def decode_entries(
             alive = [alive[j] for j in keep]
         logits = batch.step(tokens)
 
-    samples = [
-        Sample(tokens_out[r], logprobs_out[r], finish[r], model_version) for r in range(len(owner))
-    ]
     grouped: list[list[Sample]] = [[] for _ in entries]
     for row, entry_index in enumerate(owner):
-        grouped[entry_index].append(samples[row])
+        sample = Sample(tokens_out[row], logprobs_out[row], finish[row], model_version)
+        grouped[entry_index].append(sample)
     return grouped
 
 
@@ -156,9 +190,9 @@ def prefill(
         input_ids=input_ids,
         attention_mask=mask,
         position_ids=positions,
-        past_key_values=cache,
         use_cache=True,
         logits_to_keep=1,
+        **{cache_keyword(model): cache},
     )
     return cache, out.logits[:, -1].float()
 
@@ -204,13 +238,25 @@ class TransformersBatch:
     (the same interface as :class:`~trinity.rollout.fast_decode.DecodeBatch`)."""
 
     def __init__(
-        self, model: Any, cache: DynamicCache, mask: torch.Tensor, rows: torch.Tensor, repeat: bool
+        self,
+        model: Any,
+        cache: DynamicCache,
+        mask: torch.Tensor,
+        rows: torch.Tensor,
+        repeat: bool,
+        offsets: torch.Tensor | None = None,
     ) -> None:
+        """``rows``: each row's prompt (its cache is repeated for the rows when
+        ``repeat``); ``offsets``: per prompt, what its positions add to its real tokens
+        (Qwen-VL's rotary offset of the images; none for a text model)."""
         self.model, self.cache = model, cache
+        self.cache_keyword = cache_keyword(model)
         if repeat:
             cache.batch_select_indices(rows)
         self.mask = mask[rows]  # (B, columns so far)
         self.positions = self.mask.sum(-1)  # (B,) position of each row's next token
+        if offsets is not None:
+            self.positions = self.positions + offsets[rows]
 
     def keep(self, kept: torch.Tensor) -> None:
         self.cache.batch_select_indices(kept)
@@ -223,8 +269,14 @@ class TransformersBatch:
             input_ids=tokens[:, None],
             attention_mask=self.mask,
             position_ids=self.positions[:, None],
-            past_key_values=self.cache,
             use_cache=True,
+            **{self.cache_keyword: self.cache},
         )
         self.positions = self.positions + 1
         return out.logits[:, -1].float()
+
+
+def cache_keyword(model: Any) -> str:
+    """The name ``model``'s forward takes its KV cache under: ``cache`` (transformers
+    5.2x), else ``past_key_values``."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"

@@ -13,7 +13,6 @@ this path, on the CPU or on the model's CUDA device.
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,10 +21,11 @@ from transformers import DynamicCache
 
 from trinity.rollout.decoding import (
     DecodeEntry,
-    banned_tokens,
-    generator_groups,
+    TransformersBatch,
+    cache_keyword,
     left_padded,
-    stop_ids,
+    row_budgets,
+    sample_rows,
 )
 from trinity.rollout.multimodal import (
     MediaInputs,
@@ -33,7 +33,7 @@ from trinity.rollout.multimodal import (
     media_forward_inputs,
     media_positions,
 )
-from trinity.rollout.sampling import FinishReason, Sample, sample_tokens
+from trinity.rollout.sampling import Sample
 
 
 @dataclass
@@ -41,27 +41,6 @@ class MediaEntry(DecodeEntry):
     """A decode entry whose prompt comes with images (``media``; None: text only)."""
 
     media: MediaInputs | None = None
-
-
-@dataclass
-class _Rows:
-    """The rows still decoding: their cache, mask, next position and sampling state."""
-
-    cache: DynamicCache
-    mask: torch.Tensor  # (B, columns so far)
-    positions: torch.Tensor  # (B,) position id of each row's next token
-    temperature: torch.Tensor
-    top_k: torch.Tensor
-    top_p: torch.Tensor
-
-    def keep(self, kept: torch.Tensor) -> None:
-        self.cache.batch_select_indices(kept)
-        self.mask, self.positions = self.mask[kept], self.positions[kept]
-        self.temperature, self.top_k, self.top_p = (
-            self.temperature[kept],
-            self.top_k[kept],
-            self.top_p[kept],
-        )
 
 
 def decode_media_entries(
@@ -91,63 +70,10 @@ def decode_media_entries(
     owner = [i for i, e in enumerate(entries) for _ in range(e.params.n)]
     index = torch.tensor(owner, device=device)
     logits = out.logits[:, -1].float()[index]
-    cache.batch_select_indices(index)
-    params = [entries[i].params for i in owner]
-    rows = _Rows(
-        cache,
-        mask[index],
-        # the next text token's position: real tokens so far plus the rotary offset
-        mask[index].sum(-1) + deltas[index],
-        torch.tensor([p.temperature for p in params], dtype=torch.float32, device=device),
-        torch.tensor([p.top_k for p in params], dtype=torch.long, device=device),
-        torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device),
-    )
-    stops = [stop_ids(p, eos_token_ids) for p in params]
-    budget = [
-        min(p.max_tokens or max_model_len, max_model_len - len(entries[i].prompt))
-        for p, i in zip(params, owner, strict=True)
-    ]
-    generators = [entries[i].generator for i in owner]
-    cancelled = [entries[i].cancelled for i in owner]
-    tokens_out: list[list[int]] = [[] for _ in owner]
-    logprobs_out: list[list[float]] = [[] for _ in owner]
-    finish: list[FinishReason] = ["length"] * len(owner)
-    alive = list(range(len(owner)))
-    while True:
-        banned = banned_tokens(alive, params, stops, tokens_out, logits.size(-1))
-        tokens, logprobs = sample_tokens(
-            logits,
-            rows.temperature,
-            rows.top_k,
-            rows.top_p,
-            generator_groups(alive, generators),
-            None if banned is None else banned.to(device),
-        )
-        keep = []
-        for j, (row, token, logprob) in enumerate(
-            zip(alive, tokens.tolist(), logprobs.tolist(), strict=True)
-        ):
-            tokens_out[row].append(token)
-            logprobs_out[row].append(logprob)
-            gone = cancelled[row] is not None and cancelled[row]()
-            if token in stops[row]:
-                finish[row] = "stop"
-            elif len(tokens_out[row]) < budget[row] and not gone:
-                keep.append(j)
-        if not keep:
-            break
-        if len(keep) < len(alive):
-            kept = torch.tensor(keep, device=device)
-            rows.keep(kept)
-            tokens = tokens[kept]
-            alive = [alive[j] for j in keep]
-        logits = _step(model, rows, tokens)
-
-    grouped: list[list[Sample]] = [[] for _ in entries]
-    for row, entry_index in enumerate(owner):
-        sample = Sample(tokens_out[row], logprobs_out[row], finish[row], model_version)
-        grouped[entry_index].append(sample)
-    return grouped
+    # the next text token's position: real tokens so far plus the rotary offset
+    rows = TransformersBatch(model, cache, mask, index, repeat=True, offsets=deltas)
+    budget = row_budgets(entries, owner, max_model_len)
+    return sample_rows(rows, logits, entries, owner, budget, eos_token_ids, model_version)
 
 
 def score_with_media(
@@ -167,23 +93,3 @@ def score_with_media(
         logits = model(input_ids=ids, attention_mask=mask, use_cache=False, **inputs).logits
     logprobs = torch.log_softmax(logits[0, prompt_length - 1 : -1].float() / scale, dim=-1)
     return logprobs.gather(-1, ids[0, prompt_length:, None]).squeeze(-1).tolist()
-
-
-def cache_keyword(model: Any) -> str:
-    """The name ``model``'s forward takes its KV cache under: ``cache`` (transformers
-    5.2x), else ``past_key_values``."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-
-def _step(model: Any, rows: _Rows, tokens: torch.Tensor) -> torch.Tensor:
-    """(B,) ids -> (B, V) float32 next-token logits; the rows' cache grows by one."""
-    rows.mask = torch.cat([rows.mask, rows.mask.new_ones((len(tokens), 1))], dim=1)
-    out = model(
-        input_ids=tokens[:, None],
-        attention_mask=rows.mask,
-        position_ids=rows.positions[:, None],
-        use_cache=True,
-        **{cache_keyword(model): rows.cache},
-    )
-    rows.positions = rows.positions + 1
-    return out.logits[:, -1].float()
