@@ -177,14 +177,21 @@ def left_padded(entries: list[DecodeEntry], pad_token_id: int) -> tuple[torch.Te
 
 
 def prefill(
-    model: Any, input_ids: torch.Tensor, mask: torch.Tensor
+    model: Any,
+    input_ids: torch.Tensor,
+    mask: torch.Tensor,
+    positions: torch.Tensor | None = None,
+    **inputs: Any,
 ) -> tuple[DynamicCache, torch.Tensor]:
-    """Run the left-padded prompts once through transformers' forward.
+    """Run the left-padded prompts once through transformers' forward, at ``positions``
+    (default: each prompt's real tokens counted from 0) with the model's further
+    ``inputs`` (an image model's pixel values).
 
     Returns:
         the KV cache and the next-token logits (E, V) float32.
     """
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    if positions is None:
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
     cache = DynamicCache(config=model.config)
     out = model(
         input_ids=input_ids,
@@ -192,6 +199,7 @@ def prefill(
         position_ids=positions,
         use_cache=True,
         logits_to_keep=1,
+        **inputs,
         **{cache_keyword(model): cache},
     )
     return cache, out.logits[:, -1].float()

@@ -17,13 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import DynamicCache
 
 from trinity.rollout.decoding import (
     DecodeEntry,
     TransformersBatch,
-    cache_keyword,
     left_padded,
+    prefill,
     row_budgets,
     sample_rows,
 )
@@ -57,19 +56,10 @@ def decode_media_entries(
     input_ids, mask = (t.to(device) for t in left_padded(entries, pad_token_id))
     media = {k: v.to(device) for k, v in batch_media([e.media for e in entries]).items()}
     positions, deltas = media_positions(model, input_ids, mask, media)
-    cache = DynamicCache(config=model.config)
-    out = model(
-        input_ids=input_ids,
-        attention_mask=mask,
-        position_ids=positions,
-        use_cache=True,
-        logits_to_keep=1,
-        **media,
-        **{cache_keyword(model): cache},
-    )
+    cache, logits = prefill(model, input_ids, mask, positions, **media)
     owner = [i for i, e in enumerate(entries) for _ in range(e.params.n)]
     index = torch.tensor(owner, device=device)
-    logits = out.logits[:, -1].float()[index]
+    logits = logits[index]
     # the next text token's position: real tokens so far plus the rotary offset
     rows = TransformersBatch(model, cache, mask, index, repeat=True, offsets=deltas)
     budget = row_budgets(entries, owner, max_model_len)
